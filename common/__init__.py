@@ -1,0 +1,1 @@
+"""Shared machinery for every part: inputs, reference, checks, the PyTorch backward, benchmark."""

@@ -1,0 +1,114 @@
+"""Compare a part's outputs with the float64 reference under the rule in common/inputs.py.
+
+Used by the tests and by the benchmark (which checks every shape before it times it).
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from common.inputs import allowed_error
+from common.reference import attention_reference, reference_with_grads
+
+
+@dataclass
+class Comparison:
+    name: str
+    err: float
+    allowed: float
+    finite: bool
+
+    @property
+    def ok(self):
+        return self.finite and self.err <= self.allowed
+
+    def __str__(self):
+        mark = "ok" if self.ok else "FAIL"
+        return f"{self.name} {self.err:.1e}<={self.allowed:.1e} {mark}"
+
+
+class Report(list):
+    @property
+    def ok(self):
+        return all(c.ok for c in self)
+
+    def __str__(self):
+        return "  ".join(str(c) for c in self)
+
+
+def _max_abs(x):
+    return x.abs().max().item() if x.numel() else 0.0
+
+
+def compare(name, out, ref, base, dtype, ref_scale):
+    """One tensor: out and base against ref (float64), bound from base's own error."""
+    out, ref, base = (t.to(torch.float64) for t in (out, ref, base))
+    finite = bool(torch.isfinite(out).all())
+    err = _max_abs(out - ref) if finite else float("inf")
+    allowed = allowed_error(dtype, _max_abs(base - ref), ref_scale)
+    return Comparison(name, err, allowed, finite)
+
+
+@contextlib.contextmanager
+def _tf32_like_triton(dtype):
+    """For float32 on a GPU, let PyTorch's baseline use TF32 matmuls, as tl.dot does by default."""
+    if dtype != torch.float32 or not torch.cuda.is_available():
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def saved_lse(o, q):
+    """Find L among the tensors the forward saved: float32, shape q.shape[:-1]."""
+    want = tuple(q.shape[:-1])
+    found = [t for t in o.grad_fn.saved_tensors if tuple(t.shape) == want and t.dtype == torch.float32]
+    if len(found) != 1:
+        raise AssertionError(f"expected one saved float32 tensor of shape {want} (L), found {len(found)}")
+    return found[0]
+
+
+def run_part(module, q, k, v, do, is_causal, grads=True):
+    """Run a part's FlashAttention forward (and backward). Returns a dict of outputs."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    o = module.FlashAttention.apply(*leaves, is_causal)
+    out = {"O": o.detach(), "L": saved_lse(o, leaves[0]).detach()}
+    if grads:
+        out["dQ"], out["dK"], out["dV"] = torch.autograd.grad(o, leaves, do)
+    return out
+
+
+def check_outputs(out, q, k, v, do, is_causal):
+    """Compare whatever outputs `out` holds (O, L and optionally dQ, dK, dV) with the reference."""
+    dtype = q.dtype
+    grads = "dQ" in out
+    if grads:
+        ref = dict(zip(("O", "L", "dQ", "dK", "dV"), reference_with_grads(q, k, v, do, is_causal)))
+        with _tf32_like_triton(dtype):
+            base = dict(zip(("O", "L", "dQ", "dK", "dV"), reference_with_grads(q, k, v, do, is_causal, dtype=dtype)))
+    else:
+        ref = dict(zip(("O", "L"), attention_reference(q, k, v, is_causal)))
+        with _tf32_like_triton(dtype):
+            base = dict(zip(("O", "L"), attention_reference(q, k, v, is_causal, dtype=dtype)))
+    scale = {name: _max_abs(ref[name]) for name in ref}
+    if grads:  # see FLOOR_EPS in common/inputs.py
+        scale["dQ"] = scale["dK"] = scale["dV"] = max(scale["dQ"], scale["dK"], scale["dV"])
+    report = Report()
+    for name in (n for n in ref if n in out):
+        if out[name].shape != ref[name].shape:
+            raise AssertionError(f"{name} has shape {tuple(out[name].shape)}, expected {tuple(ref[name].shape)}")
+        report.append(compare(name, out[name], ref[name], base[name], dtype, scale[name]))
+    return report
+
+
+def check_part(module, q, k, v, do, is_causal, grads=True):
+    """Run a part on (q, k, v) and check O, L (and dQ, dK, dV). Returns a Report."""
+    out = run_part(module, q, k, v, do, is_causal, grads=grads)
+    if out["O"].dtype != q.dtype:
+        raise AssertionError(f"O has dtype {out['O'].dtype}, expected {q.dtype}")
+    return check_outputs(out, q, k, v, do, is_causal)

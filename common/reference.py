@@ -1,0 +1,41 @@
+"""The ground truth: attention with the full N_q x N_k score matrix materialised.
+
+    S = Q K^T / sqrt(D),   P = softmax(S) row-wise,   O = P V,   L = logsumexp(S) row-wise.
+
+Causal means key j is visible to query i when j <= i (top-left aligned), exactly as
+`torch.nn.functional.scaled_dot_product_attention(is_causal=True)`. Every part is checked
+against this function run in float64; run in the input's own dtype it is the "what PyTorch
+itself would get" baseline of the tolerance rule in `common/inputs.py`.
+"""
+
+import math
+
+import torch
+
+
+def attention_reference(q, k, v, is_causal=False, dtype=torch.float64):
+    """Materialised attention computed in `dtype`. Returns (O, L).
+
+    q: (..., N_q, D); k, v: (..., N_k, D). O has shape (..., N_q, D) in `dtype`;
+    L has shape (..., N_q): the natural-log logsumexp of each row of scaled scores, in
+    float32 or float64 (never lower: L is a statistic the backward reuses).
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    s = (q @ k.transpose(-2, -1)) * scale  # (..., N_q, N_k)
+    if is_causal:
+        n_q, n_k = s.shape[-2:]
+        visible = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device).tril()  # j <= i
+        s = s.masked_fill(~visible, float("-inf"))
+    stat_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    lse = torch.logsumexp(s.to(stat_dtype), dim=-1)  # (..., N_q)
+    p = torch.softmax(s, dim=-1)
+    return p @ v, lse
+
+
+def reference_with_grads(q, k, v, do, is_causal=False, dtype=torch.float64):
+    """(O, L, dQ, dK, dV) of the materialised attention in `dtype`, gradients by autograd."""
+    leaves = [t.detach().to(dtype).requires_grad_(True) for t in (q, k, v)]
+    o, lse = attention_reference(*leaves, is_causal=is_causal, dtype=dtype)
+    dq, dk, dv = torch.autograd.grad(o, leaves, do.to(dtype))
+    return o.detach(), lse.detach(), dq, dk, dv

@@ -1,0 +1,371 @@
+"""Results CSVs -> plots and README tables. Nothing here measures anything.
+
+    python -m common.report               # plots for every results/<gpu>/, README tables from --gpu
+    python -m common.report --gpu h200
+
+README files carry generated blocks between markers:
+
+    <!-- results:NAME -->  ...generated...  <!-- /results:NAME -->
+
+NAME is one of the generators in TABLES below. Re-running replaces each block with a table built
+from the CSVs, so a number in a README is never typed by hand.
+"""
+
+import argparse
+import csv
+import json
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+ADA_SMEM_PER_BLOCK = 99 * 1024  # compute capability 8.9 (the seed's RTX 4070 Super): CUDA guide, per-block opt-in
+SDPA_NAMES = {"sdpa_flash": "SDPA flash (FA2)", "sdpa_cudnn": "SDPA cuDNN", "sdpa_efficient": "SDPA efficient",
+              "sdpa_math": "SDPA math", "sdpa_default": "SDPA default"}  # fmt: skip
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def impl_label(impl):
+    return SDPA_NAMES.get(impl, impl.replace("part", "part "))
+
+
+def provenance(rows, command):
+    """One line naming the GPU, versions, commits, dates and the command behind a table."""
+
+    def uniq(key):
+        return ", ".join(sorted({r[key] for r in rows if r.get(key)}))
+
+    return f"_{uniq('gpu')}; torch {uniq('torch')}; Triton {uniq('triton')}; commit {uniq('commit')}; {uniq('date')[:10]}. Regenerate: `{command}`._"
+
+
+def _fmt(x, digits=0):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+# ------------------------------------------------------------------------------------ bench
+def tflops_index(rows):
+    """{(impl, D, causal, N): TFLOP/s} for timed forward rows."""
+    index = {}
+    for r in rows:
+        if r["mode"] == "fwd" and r["tflops"]:
+            index[(r["impl"], int(r["D"]), int(r["causal"]), int(r["N"]))] = float(r["tflops"])
+    return index
+
+
+def impls_in(rows):
+    order = {}
+    for r in rows:
+        order.setdefault(r["impl"], None)
+    parts_ = sorted((i for i in order if i.startswith("part")), key=lambda i: int(i[4:]))
+    return parts_ + [i for i in SDPA_NAMES if i in order]
+
+
+def plot_bench(rows, out_dir):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    idx = tflops_index(rows)
+    impls = impls_in(rows)
+    ns = sorted({int(r["N"]) for r in rows})
+    panels = [(d, c) for d in (64, 128) for c in (0, 1)]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    for ax, (d, c) in zip(axes.flat, panels):
+        for impl in impls:
+            pts = [(n, idx[(impl, d, c, n)]) for n in ns if (impl, d, c, n) in idx]
+            if pts:
+                style = "-o" if impl.startswith("part") else "--"
+                ax.plot(*zip(*pts), style, label=impl_label(impl), markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
+        ax.set_xlabel("N (sequence length)")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(f"Forward, B=4, H=8, bf16 — {rows[0]['gpu']}")
+    fig.tight_layout()
+    fig.savefig(out_dir / "bench_tflops.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+    for ax, (d, c) in zip(axes.flat, panels):
+        for impl in (i for i in impls if i.startswith("part")):
+            for base, style in (("sdpa_flash", "-o"), ("sdpa_cudnn", "--s")):
+                pts = [(n, 100 * idx[(impl, d, c, n)] / idx[(base, d, c, n)]) for n in ns
+                       if (impl, d, c, n) in idx and (base, d, c, n) in idx]  # fmt: skip
+                if pts:
+                    ax.plot(*zip(*pts), style, label=f"{impl_label(impl)} / {impl_label(base)}", markersize=4)
+        ax.axhline(100, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
+        ax.set_xlabel("N (sequence length)")
+        ax.set_ylabel("% of SDPA backend")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"Parts as % of SDPA flash (solid) and SDPA cuDNN (dashed) — {rows[0]['gpu']}")
+    fig.tight_layout()
+    fig.savefig(out_dir / "bench_vs_sdpa.png", dpi=110)
+    plt.close(fig)
+
+
+def table_overview(gpu_dir):
+    rows = read_csv(gpu_dir / "bench.csv")
+    idx = tflops_index(rows)
+    cols = [(64, 0), (64, 1), (128, 0), (128, 1)]
+    out = [provenance(rows, "make bench && make report"), "",
+           "Forward TFLOP/s at N = 4096 (B=4, H=8, bf16):", "",
+           "| implementation | D=64 | D=64 causal | D=128 | D=128 causal |", "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for impl in impls_in(rows):
+        out.append(f"| {impl_label(impl)} | " + " | ".join(_fmt(idx.get((impl, d, c, 4096))) for d, c in cols) + " |")
+    dispatched = sorted({r["backend"] for r in rows if r["impl"] == "sdpa_default" and r["backend"]})
+    if dispatched:
+        out += ["", f"SDPA's default dispatch ran: {', '.join(dispatched)} (read off the profiler)."]
+    return "\n".join(out)
+
+
+def table_part(gpu_dir, part):
+    rows = read_csv(gpu_dir / "bench.csv")
+    idx = tflops_index(rows)
+    me, prev = f"part{part}", f"part{part - 1}"
+    ns = sorted({int(r["N"]) for r in rows})
+    chosen = {(int(r["D"]), int(r["causal"]), int(r["N"])): r["backend"] for r in rows if r["impl"] == me}
+    show_cfg = any(chosen.values())
+    head = f"| D | causal | N | part {part - 1} | **part {part}** | SDPA flash | SDPA cuDNN | part {part} / flash | part {part} / cuDNN |"
+    out = [provenance([r for r in rows if r["impl"] in (me, prev, "sdpa_flash", "sdpa_cudnn")], f"make bench PART={part} && make report"),
+           "", "Forward TFLOP/s, B=4, H=8, bf16" + (" (last column: the configuration the autotuner chose)" if show_cfg else "") + ":", "",
+           head + (" config |" if show_cfg else ""), "|" + " --- |" * 3 + " ---: |" * 6 + (" --- |" if show_cfg else "")]  # fmt: skip
+    for d in (64, 128):
+        for c in (0, 1):
+            for n in ns:
+                mine = idx.get((me, d, c, n))
+                if mine is None:
+                    continue
+                fl, cu = idx.get(("sdpa_flash", d, c, n)), idx.get(("sdpa_cudnn", d, c, n))
+                pct = [f"{100 * mine / b:.0f}%" if b else "—" for b in (fl, cu)]
+                cells = [
+                    str(d),
+                    "yes" if c else "no",
+                    str(n),
+                    _fmt(idx.get((prev, d, c, n))),
+                    f"**{mine:.0f}**",
+                    _fmt(fl),
+                    _fmt(cu),
+                    *pct,
+                ]
+                if show_cfg:
+                    cells.append(chosen.get((d, c, n), ""))
+                out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------ sweep
+def _best_cells(rows):
+    """{(D, causal): {(BLOCK_M, BLOCK_N): best ok row}}"""
+    best = defaultdict(dict)
+    for r in rows:
+        key, cell = (int(r["D"]), int(r["causal"])), (int(r["BLOCK_M"]), int(r["BLOCK_N"]))
+        if r["status"] == "ok" and (cell not in best[key] or float(r["tflops"]) > float(best[key][cell]["tflops"])):
+            best[key][cell] = r
+    return best
+
+
+def _cell_reason(rows, d, c, bm, bn):
+    statuses = {
+        r["status"].split(":")[0]
+        for r in rows
+        if (int(r["D"]), int(r["causal"]), int(r["BLOCK_M"]), int(r["BLOCK_N"])) == (d, c, bm, bn)
+    }
+    for status, short in (("failed check", "fail"), ("out of resources", "oor"), ("compile error", "err"),
+                          ("not measured", "time"), ("pruned", "budget")):  # fmt: skip
+        if status in statuses:
+            return short
+    return ""
+
+
+def draw_sweep_heatmaps(csv_path, png_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = read_csv(csv_path)
+    best = _best_cells(rows)
+    groups = sorted({(int(r["D"]), int(r["causal"])) for r in rows})
+    ms_ = sorted({int(r["BLOCK_M"]) for r in rows})
+    ns_ = sorted({int(r["BLOCK_N"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 5), squeeze=False)
+    vmax = max((float(r["tflops"]) for cells in best.values() for r in cells.values()), default=1.0)
+    for ax, (d, c) in zip(axes.flat, groups):
+        grid = np.full((len(ms_), len(ns_)), np.nan)
+        for (bm, bn), r in best[(d, c)].items():
+            grid[ms_.index(bm), ns_.index(bn)] = float(r["tflops"])
+        ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax, origin="lower")
+        for i, bm in enumerate(ms_):
+            for j, bn in enumerate(ns_):
+                r = best[(d, c)].get((bm, bn))
+                if r:
+                    light = float(r["tflops"]) < 0.6 * vmax
+                    ax.text(j, i, f"{float(r['tflops']):.0f}\nw{r['num_warps']} s{r['num_stages']}", ha="center",
+                            va="center", fontsize=7, color="white" if light else "black")  # fmt: skip
+                else:
+                    ax.text(j, i, _cell_reason(rows, d, c, bm, bn), ha="center", va="center", fontsize=7, color="gray")
+        ax.set_xticks(range(len(ns_)), ns_)
+        ax.set_yticks(range(len(ms_)), ms_)
+        ax.set_xlabel("BLOCK_N (keys per step)")
+        ax.set_ylabel("BLOCK_M (queries per program)")
+        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
+    fig.suptitle(f"Part 2 sweep: best TFLOP/s over warps (w) and stages (s); B=4, H=8, N=4096, bf16 — {rows[0]['gpu']}")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+
+
+def _ranked(rows, d, c):
+    ok = [r for r in rows if r["status"] == "ok" and (int(r["D"]), int(r["causal"])) == (d, c)]
+    return sorted(ok, key=lambda r: -float(r["tflops"]))
+
+
+def sweep_winners(csv_path, top=3):
+    """Plain text: the best configurations of each group, as triton.Config lines."""
+    rows = read_csv(csv_path)
+    out = []
+    for d, c in sorted({(int(r["D"]), int(r["causal"])) for r in rows}):
+        out.append(f"D={d} causal={c}:")
+        for r in _ranked(rows, d, c)[:top]:
+            out.append(f"    triton.Config({{\"BLOCK_M\": {r['BLOCK_M']}, \"BLOCK_N\": {r['BLOCK_N']}}}, "
+                       f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s")  # fmt: skip
+    return "\n".join(out)
+
+
+def table_sweep(gpu_dir):
+    rows = read_csv(gpu_dir / "part2_sweep.csv")
+    counts = defaultdict(int)
+    for r in rows:
+        counts[r["status"].split(":")[0]] += 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    out = [provenance(rows, "python -m part2_tile_tuning.sweep && make report"), "",
+           f"{len(rows)} configurations: {summary}.", "",
+           "| D | causal | rank | BLOCK_M x BLOCK_N | warps | stages | TFLOP/s | shared memory (compiled) | registers |",
+           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d, c in sorted({(int(r["D"]), int(r["causal"])) for r in rows}):
+        for rank, r in enumerate(_ranked(rows, d, c)[:3], 1):
+            kb = f"{int(r['smem_compiled']) / 1024:.0f} KB" if r["smem_compiled"] else "—"
+            out.append(f"| {d} | {'yes' if c else 'no'} | {rank} | {r['BLOCK_M']} x {r['BLOCK_N']} | {r['num_warps']} | "
+                       f"{r['num_stages']} | {float(r['tflops']):.0f} | {kb} | {r['regs'] or '—'} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def table_smem_check(gpu_dir):
+    """Budget estimate against what the compiler really allocated, over every compiled configuration."""
+    rows = [r for r in read_csv(gpu_dir / "part2_sweep.csv") if r["smem_compiled"]]
+    under = [r for r in rows if int(r["smem_compiled"]) > int(r["smem_est"])]
+    ratio = sorted(int(r["smem_compiled"]) / int(r["smem_est"]) for r in rows)
+    worst = max(rows, key=lambda r: int(r["smem_compiled"]) - int(r["smem_est"])) if rows else None
+    out = [f"Over {len(rows)} compiled configurations, compiled / estimated shared memory ranges from "
+           f"{ratio[0]:.2f} to {ratio[-1]:.2f} (median {ratio[len(ratio) // 2]:.2f}); the estimate was below the "
+           f"compiler's figure for {len(under)} of them."]  # fmt: skip
+    if worst is not None and under:
+        out.append(f"Largest shortfall: {worst['BLOCK_M']} x {worst['BLOCK_N']}, D={worst['D']}, {worst['num_stages']} stages: "
+                   f"estimated {int(worst['smem_est']) / 1024:.0f} KB, compiled {int(worst['smem_compiled']) / 1024:.0f} KB.")  # fmt: skip
+    return " ".join(out)
+
+
+def table_budget(gpu_dir):
+    from common import parts
+
+    fa = parts.load(2)
+    dev = json.loads((gpu_dir / "part2_device.json").read_text())
+    limit = dev["shared_memory_per_block_optin"]
+    out = [f"_Limits read off the {dev['name']} by `python -m part2_tile_tuning.sweep` (results/{gpu_dir.name}/part2_device.json): "
+           f"{dev['shared_memory_per_multiprocessor'] / 1024:.0f} KB of shared memory per SM, {limit / 1024:.0f} KB per program "
+           f"(opt-in), {dev['regs_per_multiprocessor']} 32-bit registers per SM, {dev['multi_processor_count']} SMs. "
+           f"Ada (compute capability 8.9): {ADA_SMEM_PER_BLOCK / 1024:.0f} KB per program._", "",
+           "Shared memory for Q once plus `stages` buffers of K and V, bf16, in KB. "
+           "**bold**: fits the H200 but not Ada; ~~struck~~: fits neither.", "",
+           "| D | BLOCK_M x BLOCK_N | 1 stage | 2 stages | 3 stages | 4 stages | 5 stages |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d in (64, 128):
+        for bm, bn in ((16, 16), (64, 64), (128, 64), (128, 128), (256, 64), (256, 128)):
+            cells = []
+            for s in range(1, 6):
+                b = fa.smem_bytes(bm, bn, d, 2, s)
+                kb = f"{b / 1024:.0f}"
+                cells.append(kb if b <= ADA_SMEM_PER_BLOCK else f"**{kb}**" if b <= limit else f"~~{kb}~~")
+            out.append(f"| {d} | {bm} x {bn} | " + " | ".join(cells) + " |")
+    out += ["", "Registers per thread for the float32 accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
+            f"(BLOCK_M x BLOCK_N), against the {dev['regs_per_multiprocessor'] // 256} a thread may address at most "
+            "(the compiler needs more for addresses, m_i, l_i and operands):", "",
+            "| D | BLOCK_M x BLOCK_N | 4 warps | 8 warps |", "| --- | --- | ---: | ---: |"]  # fmt: skip
+    from part2_tile_tuning.sweep import regs_estimate
+
+    for d in (64, 128):
+        for bm, bn in ((64, 64), (128, 64), (128, 128), (256, 64)):
+            out.append(f"| {d} | {bm} x {bn} | {regs_estimate(bm, bn, d, 4):.0f} | {regs_estimate(bm, bn, d, 8):.0f} |")
+    return "\n".join(out)
+
+
+def table_autotune(gpu_dir):
+    rows = read_csv(gpu_dir / "part2_autotune.csv")
+    out = [provenance(rows, "python -m part2_tile_tuning.autotune_cost && make report"), "",
+           "| what | seconds | configurations tried | chosen |", "| --- | ---: | ---: | --- |"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['scenario']} | {float(r['seconds']):.3g} | {r['configs']} | {r['chosen']} |")
+    return "\n".join(out)
+
+
+TABLES = {
+    "overview": table_overview,
+    "part0": lambda g: table_part(g, 0),
+    "part1": lambda g: table_part(g, 1),
+    "part2": lambda g: table_part(g, 2),
+    "part2-sweep": table_sweep,
+    "part2-smem-check": table_smem_check,
+    "part2-budget": table_budget,
+    "part2-autotune": table_autotune,
+}
+MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
+
+
+def update_readmes(gpu_dir):
+    files = [ROOT / "README.md", *sorted(ROOT.glob("part*/README.md"))]
+    for path in (p for p in files if p.exists()):
+        text = path.read_text()
+
+        def fill(m):
+            try:
+                body = TABLES[m.group(2)](gpu_dir)
+            except FileNotFoundError as e:
+                body = f"_No results yet ({Path(e.filename).name} missing): run the command that writes it._"
+            return f"{m.group(1)}{body}\n{m.group(4)}"
+
+        new = MARKER.sub(fill, text)
+        if new != text:
+            path.write_text(new)
+            print(f"updated {path.relative_to(ROOT)}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpu", default="h200", help="results/<gpu>/ folder the README tables come from")
+    args = ap.parse_args(argv)
+    for gpu_dir in sorted(p for p in RESULTS.glob("*") if p.is_dir()):
+        if (gpu_dir / "bench.csv").exists():
+            plot_bench(read_csv(gpu_dir / "bench.csv"), gpu_dir)
+            print(f"drew {gpu_dir.relative_to(ROOT)}/bench_tflops.png and bench_vs_sdpa.png")
+        if (gpu_dir / "part2_sweep.csv").exists():
+            draw_sweep_heatmaps(gpu_dir / "part2_sweep.csv", gpu_dir / "part2_heatmaps.png")
+            print(f"drew {gpu_dir.relative_to(ROOT)}/part2_heatmaps.png")
+    update_readmes(RESULTS / args.gpu)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Where the kernels run: a CUDA GPU if there is one, otherwise the Triton interpreter on the CPU.
+
+Import this module before any `@triton.jit` function is defined. Triton decides at decoration
+time whether a kernel is compiled or interpreted, so `TRITON_INTERPRET=1` must already be set
+when a part's `flash_attention.py` is executed on a machine without a GPU.
+"""
+
+import os
+import re
+
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    # No GPU: run every Triton kernel in Triton's interpreter (numpy on the CPU).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
+
+
+def _descriptor_scratch(size: int, alignment: int, stream):
+    # In-kernel tensor descriptors (tl.make_tensor_descriptor) are written by each program into
+    # a small global-memory scratch buffer (on Hopper: the TMA descriptor, 128 bytes). Triton
+    # asks this function for that buffer at launch time.
+    return torch.empty(size, dtype=torch.int8, device=DEVICE)
+
+
+try:
+    import triton
+
+    triton.set_allocator(_descriptor_scratch)
+    TRITON_VERSION = triton.__version__
+except ImportError:  # part 0 needs only PyTorch
+    TRITON_VERSION = "none"
+
+
+def gpu_name() -> str:
+    return torch.cuda.get_device_name() if HAS_GPU else "cpu"
+
+
+def gpu_slug() -> str:
+    """A short folder name for results: 'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'rtx-4090'."""
+    name = gpu_name().lower()
+    for word in ("nvidia", "geforce", "tesla"):
+        name = name.replace(word, "")
+    return re.sub(r"[^a-z0-9]+", "-", name.strip()).strip("-") or "gpu"
+
+
+def describe() -> str:
+    where = gpu_name() if HAS_GPU else "CPU"
+    mode = "Triton interpreter" if INTERPRET else "compiled Triton"
+    return f"{where}, torch {torch.__version__}, triton {TRITON_VERSION}, {mode}"

@@ -1,0 +1,56 @@
+"""Input validation shared by every part: bad input gets a clear error naming the argument,
+never a crash inside a kernel or a silently wrong answer."""
+
+import torch
+
+SUPPORTED_D = (16, 32, 64, 128)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_inputs(q, k, v, is_causal, needs_cuda=False):
+    """Raise TypeError/ValueError for anything the kernels do not support.
+
+    needs_cuda: the part launches compiled Triton kernels, which need CUDA tensors
+    (under the interpreter, TRITON_INTERPRET=1, CPU tensors are fine).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point (float32, float16 or bfloat16), got {t.dtype}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16")
+        if t.dim() < 3:
+            raise ValueError(
+                f"{name} must be at least 3-D, (batch, seq, D) or (batch, heads, seq, D); got shape {tuple(t.shape)}"
+            )
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must have the same dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(
+            f"q, k and v must be on the same device; got q on {q.device}, k on {k.device}, v on {v.device}"
+        )
+    if needs_cuda and q.device.type != "cuda":
+        raise ValueError(
+            f"q is on {q.device}, but this part runs compiled Triton kernels, which need CUDA tensors "
+            "(without a GPU, set TRITON_INTERPRET=1 before importing it to use the interpreter)"
+        )
+    d = q.shape[-1]
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[-1] != d:
+            raise ValueError(f"{name} has head dim {t.shape[-1]} but q has {d}; q, k and v must share D")
+    if d not in SUPPORTED_D:
+        raise ValueError(f"head dim D={d} is not supported; D must be one of {SUPPORTED_D}")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[:-2] != q.shape[:-2]:
+            raise ValueError(
+                f"{name} has leading (batch/head) dims {tuple(t.shape[:-2])} but q has {tuple(q.shape[:-2])}; they must match"
+            )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"k and v must have the same sequence length; got k {k.shape[-2]}, v {v.shape[-2]}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise ValueError(f"sequence lengths must be at least 1; got N_q={q.shape[-2]}, N_k={k.shape[-2]}")
+    if any(s == 0 for s in q.shape[:-2]):
+        raise ValueError(f"q has an empty batch/head dimension: shape {tuple(q.shape)}")

@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Part 2 walkthrough: tile sizes, warps, stages
+#
+# `python part2_tile_tuning/walkthrough.py` (or `make notebook PART=2`). The sweep itself needs a
+# GPU (`python -m part2_tile_tuning.sweep`); this walkthrough runs anywhere.
+
+# %%
+import sys
+from pathlib import Path
+
+import torch
+
+# The repository root (the folder holding common/), whether run from the root or from this folder.
+sys.path.insert(0, str(next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "common").is_dir())))
+from common import parts, runtime  # noqa: E402
+from common.check import check_part  # noqa: E402
+from common.inputs import Shape, make_inputs  # noqa: E402
+from part2_tile_tuning.sweep import regs_estimate  # noqa: E402
+
+part2 = parts.load(2)
+print(runtime.describe())
+
+# %% [markdown]
+# ## 1. The shared-memory budget
+#
+# A program keeps its Q tile for the whole loop and, to hide memory latency, `num_stages`
+# buffers each of K and V in flight. In bf16 (2 bytes):
+
+# %%
+limit = part2.smem_limit()
+print(f"shared memory one program may use here: {limit // 1024} KB")
+for d in (64, 128):
+    for bm, bn in ((16, 16), (128, 64), (128, 128), (256, 128)):
+        cells = []
+        for stages in (1, 2, 3, 4):
+            b = part2.smem_bytes(bm, bn, d, 2, stages)
+            cells.append(f"{b // 1024:>4} KB{'' if b <= limit else ' (too big)':<11}")
+        print(f"D={d:<3} {bm:>3}x{bn:<3} stages 1-4: " + " ".join(cells))
+
+# %% [markdown]
+# ## 2. The register budget
+#
+# The output accumulator O_i (BLOCK_M x D) and the score tile S_ij (BLOCK_M x BLOCK_N) live in
+# registers, in float32, spread over 32 * num_warps threads. A thread can address 255:
+
+# %%
+for bm, bn, d in ((128, 64, 64), (128, 128, 128), (256, 128, 128)):
+    print(
+        f"{bm}x{bn}, D={d}: "
+        + ", ".join(f"{w} warps -> {regs_estimate(bm, bn, d, w):.0f} per thread" for w in (2, 4, 8))
+    )
+
+# %% [markdown]
+# ## 3. What the autotuner chooses from
+#
+# `CONFIGS` is the short list of sweep winners (one configuration under the interpreter, which
+# cannot time anything). The key is (D, causal, power of two of N), plus the dtype.
+
+# %%
+for c in part2.CONFIGS:
+    print(c)
+shape = Shape((2, 2), 100, 80, 64)
+q, k, v, do = make_inputs(shape, torch.float16, runtime.DEVICE, seed=2)
+report = check_part(part2, q, k, v, do, is_causal=True)
+print(report)
+assert report.ok
+if runtime.HAS_GPU:
+    from common.bench import chosen_config
+
+    print("the autotuner picked:", chosen_config(part2))

@@ -1,0 +1,93 @@
+"""O, L, dQ, dK, dV of every part against the float64 reference (rule: common/inputs.py)."""
+
+import zlib
+
+import pytest
+import torch
+
+from common import parts
+from common.check import check_part, run_part, saved_lse
+from common.inputs import CORE_SHAPES, FULL_SHAPES, STRESS_SCALE, Shape, make_inputs, random_shapes
+from tests.helpers import DEVICE, DTYPE_IDS, DTYPES, HAS_GPU, assert_report_ok, needs_gpu, skip_unsupported
+
+CAUSAL = [False, True]
+CAUSAL_IDS = ["full", "causal"]
+
+
+@pytest.mark.parametrize("is_causal", CAUSAL, ids=CAUSAL_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", CORE_SHAPES, ids=str)
+def test_core_shapes(part, shape, dtype, is_causal):
+    skip_unsupported(part, dtype)
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=zlib.crc32(f"{shape}{is_causal}".encode()))
+    assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} {shape}")
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", CAUSAL, ids=CAUSAL_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", FULL_SHAPES, ids=str)
+def test_full_size(part, shape, dtype, is_causal):
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=7)
+    assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} {shape}")
+
+
+@pytest.mark.parametrize("is_causal", CAUSAL, ids=CAUSAL_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_large_scores(part, dtype, is_causal):
+    """|S| up to ~100: exp(S) overflows float32, so only a max-subtracting softmax survives."""
+    skip_unsupported(part, dtype)
+    shape = Shape((2, 2), 96, 80, 64) if not HAS_GPU else Shape((2, 4), 1024, 1000, 64)
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=3, scale=STRESS_SCALE)
+    s = (q[0, 0].double() @ k[0, 0].double().T) * shape.d**-0.5
+    assert s.abs().max() > 60, "stress inputs should produce scores large enough to overflow exp"
+    assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} large scores")
+
+
+@pytest.mark.parametrize("index", range(24 if HAS_GPU else 6))
+def test_random_shapes(part, index):
+    """A seeded sweep of shapes nobody picked by hand (full-size on a GPU, small on a CPU)."""
+    shape = random_shapes(24 if HAS_GPU else 6, seed=2024, max_n=2000 if HAS_GPU else 150)[index]
+    dtype = DTYPES[index % 3]
+    is_causal = index % 2 == 1
+    skip_unsupported(part, dtype)
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=100 + index)
+    assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} {shape} {dtype}")
+
+
+def test_strided_inputs(part):
+    """Non-contiguous views (the (B, N, H, D) layout transposed to (B, H, N, D)) give the same
+    answer as contiguous copies."""
+    shape = Shape((2, 3), 40, 56, 32)
+    q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
+    as_view = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
+    assert not as_view[0].is_contiguous()
+    module = parts.load(part)
+    want = run_part(module, q, k, v, do, True)
+    got = run_part(module, *as_view, do, True)
+    for name in want:
+        assert torch.equal(got[name], want[name]), f"{name} differs between strided and contiguous inputs"
+
+
+def test_saves_q_k_v_o_l(part):
+    """The forward saves exactly (Q, K, V, O, L), L float32 with shape Q.shape[:-1]."""
+    shape = Shape((2,), 20, 24, 16)
+    q, k, v, _ = make_inputs(shape, torch.float32, DEVICE)
+    q.requires_grad_(True)
+    o = parts.load(part).FlashAttention.apply(q, k, v, False)
+    saved = o.grad_fn.saved_tensors
+    assert len(saved) == 5
+    assert saved[0] is q or torch.equal(saved[0], q)
+    assert torch.equal(saved[3], o)
+    lse = saved_lse(o, q)
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
+    assert o.dtype == q.dtype and o.shape == q.shape
+
+
+def test_flash_attention_matches_apply(part):
+    module = parts.load(part)
+    q, k, v, _ = make_inputs(Shape((1, 2), 33, 17, 32), torch.float32, DEVICE, seed=9)
+    torch.testing.assert_close(
+        module.flash_attention(q, k, v, is_causal=True), module.FlashAttention.apply(q, k, v, True)
+    )
