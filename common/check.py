@@ -3,7 +3,6 @@
 Used by the tests and by the benchmark (which checks every shape before it times it).
 """
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -50,20 +49,6 @@ def compare(name, out, ref, base, dtype, ref_scale):
     return Comparison(name, err, allowed, finite)
 
 
-@contextlib.contextmanager
-def _tf32_like_triton(dtype):
-    """For float32 on a GPU, let PyTorch's baseline use TF32 matmuls, as tl.dot does by default."""
-    if dtype != torch.float32 or not torch.cuda.is_available():
-        yield
-        return
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-
-
 def saved_lse(o, q):
     """Find L among the tensors the forward saved: float32, shape q.shape[:-1]."""
     want = tuple(q.shape[:-1])
@@ -89,12 +74,10 @@ def check_outputs(out, q, k, v, do, is_causal):
     grads = "dQ" in out
     if grads:
         ref = dict(zip(("O", "L", "dQ", "dK", "dV"), reference_with_grads(q, k, v, do, is_causal)))
-        with _tf32_like_triton(dtype):
-            base = dict(zip(("O", "L", "dQ", "dK", "dV"), reference_with_grads(q, k, v, do, is_causal, dtype=dtype)))
+        base = dict(zip(("O", "L", "dQ", "dK", "dV"), reference_with_grads(q, k, v, do, is_causal, dtype=dtype)))
     else:
         ref = dict(zip(("O", "L"), attention_reference(q, k, v, is_causal)))
-        with _tf32_like_triton(dtype):
-            base = dict(zip(("O", "L"), attention_reference(q, k, v, is_causal, dtype=dtype)))
+        base = dict(zip(("O", "L"), attention_reference(q, k, v, is_causal, dtype=dtype)))
     scale = {name: _max_abs(ref[name]) for name in ref}
     if grads:  # see FLOOR_EPS in common/inputs.py
         scale["dQ"] = scale["dK"] = scale["dV"] = max(scale["dQ"], scale["dK"], scale["dV"])

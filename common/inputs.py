@@ -88,9 +88,8 @@ def make_inputs(shape, dtype, device, seed=0, scale=1.0):
 # ref64 is the materialised attention in float64 (common/reference.py). torch_same_dtype is the
 # same materialised attention computed by PyTorch in the input dtype: it measures how much error
 # that dtype forces on *any* implementation for these very inputs, so the bound tightens and
-# loosens with the data instead of being one magic number. On a GPU the float32 baseline runs with
-# TF32 matmuls allowed, because Triton's tl.dot on float32 uses TF32 (10-bit mantissa) by default;
-# comparing a TF32 kernel with an IEEE float32 baseline would demand precision it never had.
+# loosens with the data instead of being one magic number. float32 means IEEE float32 products
+# here: the Triton parts ask tl.dot for them (its default on a GPU would be TF32, see part 1).
 FACTOR = 2.0  # FlashAttention's tests allow twice PyTorch's error: different summation order
 # and different (usually fewer) roundings, never a different algorithm.
 

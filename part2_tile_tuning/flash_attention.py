@@ -17,12 +17,13 @@ from common.backward import flash_backward
 from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`):
-# the best few configurations for each of D = 64 / 128, causal / not, bf16, N = 4096 on an H200.
+# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`; H200,
+# bf16, B=4, H=8, N=4096), one per group: D=64 non-causal and causal both pick 64x128 w4 s2;
+# D=128 non-causal picks 128x128 w8 s3, causal 128x64 w4 s2.
 TUNED = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=2),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=2),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
 CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else TUNED
@@ -76,6 +77,7 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs (Triton's default there is TF32)
 ):
     tile_m = tl.program_id(0)  # which query tile
     bh = tl.program_id(1).to(tl.int64)  # which sequence (batch * head); int64: B*H*N*D can pass 2**31
@@ -96,7 +98,7 @@ def _attn_fwd(
     for k_start in range(0, N_KEYS, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
         v = v_desc.load([k_start, 0])  # (BLOCK_N, D)
-        s = tl.dot(q, tl.trans(k)) * scale  # (BLOCK_M, BLOCK_N) S_ij, float32
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale  # (BLOCK_M, BLOCK_N) S_ij, float32
 
         # Zero-padded keys past N_KEYS would score exactly 0, an ordinary score: mask them out on
         # every tile. Causal: key j is visible to query i when j <= i. The first tile holds key 0,
@@ -113,13 +115,20 @@ def _attn_fwd(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
         p = p.to(v.dtype)  # .to() returns a new tensor: assign it, or tl.dot sees float32 P
-        acc = tl.dot(p, v, acc)  # acc += P_ij V_j on the tensor cores, float32 accumulate
+        acc = tl.dot(p, v, acc, input_precision=DOT_PRECISION)  # acc += P_ij V_j, float32 accumulate
         m_i = m_new
 
     o = acc / l_i[:, None]  # the one division
     o_desc.store([q_start, 0], o.to(q.dtype))  # rows past N_QUERIES are dropped
     lse = m_i + tl.log(l_i)  # L_i, natural log, float32
     tl.store(L + bh * N_QUERIES + q_pos, lse, mask=q_pos < N_QUERIES)
+
+
+def _dot_precision(Q):
+    """Float32 inputs get IEEE float32 products. tl.dot's default on a GPU is TF32 (10 mantissa
+    bits): S would carry errors of order |S| * 2**-10, L with it, and the float32 backward, which
+    recomputes S exactly and takes P = exp(S - L), would get probabilities that do not sum to 1."""
+    return "ieee" if Q.dtype == torch.float32 else "tf32"
 
 
 def _as_sequences(t):
@@ -137,7 +146,8 @@ def flash_forward(Q, K, V, is_causal):
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]), q.shape[0])  # noqa: E731
-    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, n_bucket(n_q, n_k), d**-0.5, D=d, IS_CAUSAL=is_causal)
+    meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
+    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 
 

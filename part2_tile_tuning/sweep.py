@@ -66,8 +66,8 @@ def _launch_args(q, k, v, o, lse, row):
     n_q, n_k = q.shape[-2], k.shape[-2]
     fa = parts.load(2)
     args = (q, k, v, o, lse, n_q, n_k, fa.n_bucket(n_q, n_k), row["D"] ** -0.5)
-    meta = dict(D=row["D"], IS_CAUSAL=bool(row["causal"]), BLOCK_M=row["BLOCK_M"], BLOCK_N=row["BLOCK_N"],
-                num_warps=row["num_warps"], num_stages=row["num_stages"])  # fmt: skip
+    meta = dict(D=row["D"], IS_CAUSAL=bool(row["causal"]), DOT_PRECISION="tf32", BLOCK_M=row["BLOCK_M"],
+                BLOCK_N=row["BLOCK_N"], num_warps=row["num_warps"], num_stages=row["num_stages"])  # fmt: skip
     return args, meta
 
 
