@@ -15,6 +15,7 @@ need a GPU.
 """
 
 import argparse
+import contextlib
 import csv
 import datetime
 import os
@@ -98,17 +99,18 @@ def _sdpa_backend(name):
 
 
 def sdpa_fn(name, q, k, v, causal):
-    """A closure running SDPA pinned to one backend ('default' lets PyTorch choose)."""
+    """A closure running SDPA; pin the backend with sdpa_context(name) around the calls."""
     import torch.nn.functional as F
+
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sdpa_context(name):
+    """Pins SDPA to one backend ('default' lets PyTorch choose). Entered once around the check and
+    all timed calls: entering it per call would add its Python cost to every timing."""
     from torch.nn.attention import sdpa_kernel
 
-    def run():
-        if name == "default":
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        with sdpa_kernel([_sdpa_backend(name)]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return run
+    return contextlib.nullcontext() if name == "default" else sdpa_kernel([_sdpa_backend(name)])
 
 
 def part_fn(module, q, k, v, causal):
@@ -215,17 +217,18 @@ def run_gpu(part_numbers, seq_lens, include_sdpa=True):
                 for p in part_numbers:
                     if p == 0 and n > PART0_MAX_N:
                         continue
-                    impls.append((f"part{p}", p, part_fn(parts.load(p), q, k, v, causal)))
+                    impls.append((f"part{p}", p, part_fn(parts.load(p), q, k, v, causal), contextlib.nullcontext()))
                 if include_sdpa:
                     for name in SDPA_BACKENDS:
                         if name == "math" and n > MATH_MAX_N:
                             continue
-                        impls.append((f"sdpa_{name}", "", sdpa_fn(name, q, k, v, causal)))
-                for impl, part, fn in impls:
+                        impls.append((f"sdpa_{name}", "", sdpa_fn(name, q, k, v, causal), sdpa_context(name)))
+                for impl, part, fn, context in impls:
                     row = dict(
                         impl=impl, part=part, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), mode="fwd", **meta
                     )
-                    rows.append(measure(row, fn, q, k, v, causal, time_ms))
+                    with context:
+                        rows.append(measure(row, fn, q, k, v, causal, time_ms))
                     if part != "" and rows[-1]["ms"]:
                         rows[-1]["backend"] = chosen_config(parts.load(part))
                     print(

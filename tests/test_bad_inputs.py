@@ -87,3 +87,11 @@ def test_cpu_tensors_on_gpu_build(part):
     q = _t(2, 8, 64, device="cpu")
     with pytest.raises(ValueError, match="need CUDA tensors"):
         parts.load(part).FlashAttention.apply(q, q, q, False)
+
+
+@pytest.mark.only_parts(*sorted(parts.TRITON_PARTS))
+def test_too_many_sequences(part):
+    """The launch grid's second axis (one row of programs per batch*head sequence) stops at 65535."""
+    q = _t(65536, 1, 16)
+    with pytest.raises(ValueError, match=r"65536 \(batch \* head\) sequences"):
+        parts.load(part).FlashAttention.apply(q, q, q, False)

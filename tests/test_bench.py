@@ -39,6 +39,8 @@ def test_wrong_output_is_not_timed():
 def test_default_backend_is_named():
     q, k, v, _ = make_inputs(Shape((1, 2), 16, 16, 16), torch.float32, DEVICE)
     assert bench.dispatched_backend(bench.sdpa_fn("default", q, k, v, False)) in {"flash", "cudnn", "efficient", "math"}
+    with bench.sdpa_context("math"):
+        assert bench.dispatched_backend(bench.sdpa_fn("math", q, k, v, False)) == "math"
 
 
 def test_rows_replace_same_key(tmp_path):
