@@ -52,6 +52,8 @@ FIELDS = [
     "mode",
     "ms",
     "tflops",
+    "graph_ms",
+    "graph_tflops",
     "backend",
     "check",
     "gpu",
@@ -177,23 +179,38 @@ def time_ms(fn, warmup=25, rep=100):
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-def measure(row, fn, q, k, v, causal, timer):
+def graph_time_ms(fn):
+    """Median milliseconds of fn replayed from a CUDA graph: the GPU's time alone, without the
+    Python and launch cost of each call (which do_bench includes whenever it exceeds the GPU time)."""
+    import triton
+
+    return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+
+
+def measure(row, fn, q, k, v, causal, timer, graph_timer=None):
     """Check one implementation on these inputs; time it only if the check passed. Fills row."""
-    row.update(ms="", tflops="", backend="")
+    row.update(ms="", tflops="", graph_ms="", graph_tflops="", backend="")
     try:
         report = check_impl(row["impl"], fn, q, k, v, causal)
     except Exception as e:  # an SDPA backend may refuse a shape: record why, go on
         row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
         return row
     row["check"] = ("ok " if report.ok else "FAIL ") + " ".join(f"{c.name}={c.err:.1e}" for c in report)
-    if report.ok:
-        with torch.no_grad():
-            ms = timer(fn)
-        b, h, n_q, d = q.shape
-        row["ms"] = f"{ms:.4f}"
-        row["tflops"] = f"{attention_flops(b, h, n_q, k.shape[-2], d, causal) / ms * 1e-9:.1f}"
-        if row["impl"] == "sdpa_default":
-            row["backend"] = dispatched_backend(fn)
+    if not report.ok:
+        return row
+    b, h, n_q, d = q.shape
+    flops = attention_flops(b, h, n_q, k.shape[-2], d, causal)
+    with torch.no_grad():
+        ms = timer(fn)
+        row.update(ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}")
+        if graph_timer is not None:
+            try:
+                gms = graph_timer(fn)
+                row.update(graph_ms=f"{gms:.4f}", graph_tflops=f"{flops / gms * 1e-9:.1f}")
+            except Exception as e:  # not every implementation can be captured in a graph
+                row["check"] += f"; no graph timing: {type(e).__name__}"
+    if row["impl"] == "sdpa_default":
+        row["backend"] = dispatched_backend(fn)
     return row
 
 
@@ -227,13 +244,16 @@ def run_gpu(part_numbers, seq_lens, include_sdpa=True):
                     row = dict(
                         impl=impl, part=part, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), mode="fwd", **meta
                     )
+                    # part 0 is thousands of small PyTorch ops per call: no graph for it
+                    graph = graph_time_ms if impl != "part0" else None
                     with context:
-                        rows.append(measure(row, fn, q, k, v, causal, time_ms))
+                        rows.append(measure(row, fn, q, k, v, causal, time_ms, graph))
                     if part != "" and rows[-1]["ms"]:
                         rows[-1]["backend"] = chosen_config(parts.load(part))
+                    r = rows[-1]
                     print(
-                        f"{impl:>16} D={d} causal={causal:d} N={n:>5}  {rows[-1]['ms'] or '-':>9} ms "
-                        f"{rows[-1]['tflops'] or '-':>7} TFLOP/s  {rows[-1]['check']}",
+                        f"{impl:>16} D={d} causal={causal:d} N={n:>5}  {r['ms'] or '-':>9} ms {r['tflops'] or '-':>7} "
+                        f"TFLOP/s (graph {r['graph_tflops'] or '-':>7})  {r['check']}",
                         flush=True,
                     )
                 torch.cuda.empty_cache()

@@ -49,12 +49,12 @@ def _fmt(x, digits=0):
 
 
 # ------------------------------------------------------------------------------------ bench
-def tflops_index(rows):
-    """{(impl, D, causal, N): TFLOP/s} for timed forward rows."""
+def tflops_index(rows, column="tflops"):
+    """{(impl, D, causal, N): TFLOP/s} for timed forward rows (column: tflops or graph_tflops)."""
     index = {}
     for r in rows:
-        if r["mode"] == "fwd" and r["tflops"]:
-            index[(r["impl"], int(r["D"]), int(r["causal"]), int(r["N"]))] = float(r["tflops"])
+        if r["mode"] == "fwd" and r.get(column):
+            index[(r["impl"], int(r["D"]), int(r["causal"]), int(r["N"]))] = float(r[column])
     return index
 
 
@@ -161,6 +161,30 @@ def table_part(gpu_dir, part):
                 ]
                 if show_cfg:
                     cells.append(chosen.get((d, c, n), ""))
+                out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def table_graph(gpu_dir, part):
+    """do_bench (each call launched from Python) against CUDA-graph replay (GPU time alone)."""
+    rows = read_csv(gpu_dir / "bench.csv")
+    timed, graph = tflops_index(rows), tflops_index(rows, "graph_tflops")
+    me = f"part{part}"
+    out = [provenance([r for r in rows if r["impl"] in (me, "sdpa_flash")], f"make bench PART={part} && make report"), "",
+           f"Forward TFLOP/s of part {part} and SDPA flash, B=4, H=8, bf16, timed two ways: `do_bench` (the protocol: "
+           "each call launched from Python, L2 flushed in between) and CUDA-graph replay (the launches recorded once, "
+           "so only GPU time counts):", "",
+           f"| D | causal | N | part {part} | part {part}, graph | SDPA flash | SDPA flash, graph | part {part} / flash, graph |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d in (64, 128):
+        for c in (0, 1):
+            for n in sorted({int(r["N"]) for r in rows}):
+                if (me, d, c, n) not in timed:
+                    continue
+                g, fg = graph.get((me, d, c, n)), graph.get(("sdpa_flash", d, c, n))
+                ratio = f"{100 * g / fg:.0f}%" if g and fg else "—"
+                cells = [str(d), "yes" if c else "no", str(n), _fmt(timed.get((me, d, c, n))), _fmt(g),
+                         _fmt(timed.get(("sdpa_flash", d, c, n))), _fmt(fg), ratio]  # fmt: skip
                 out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -326,6 +350,7 @@ TABLES = {
     "part0": lambda g: table_part(g, 0),
     "part1": lambda g: table_part(g, 1),
     "part2": lambda g: table_part(g, 2),
+    "part2-graph": lambda g: table_graph(g, 2),
     "part2-sweep": table_sweep,
     "part2-smem-check": table_smem_check,
     "part2-budget": table_budget,

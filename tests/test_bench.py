@@ -22,9 +22,11 @@ def _row(impl, n, **extra):
 def test_measure_checks_before_timing(part):
     q, k, v, _ = make_inputs(Shape((2, 3), 40, 40, 32), torch.float32, DEVICE, seed=4)
     timed = []
-    row = bench.measure(_row(f"part{part}", 40), lambda: None, q, k, v, True, lambda fn: timed.append(fn) or 2.0)
+    row = bench.measure(
+        _row(f"part{part}", 40), lambda: None, q, k, v, True, lambda fn: timed.append(fn) or 2.0, lambda fn: 1.0
+    )
     assert row["check"].startswith("ok"), row["check"]
-    assert timed and float(row["ms"]) == 2.0
+    assert timed and float(row["ms"]) == 2.0 and float(row["graph_ms"]) == 1.0
     assert row["tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True) / 2.0 * 1e-9:.1f}"
 
 

@@ -23,7 +23,7 @@ def test_bench_plots_and_tables(tmp_path):
             for c in (0, 1):
                 for n in (1024, 4096):
                     rows.append(dict(impl=impl, part=impl[4:] if impl.startswith("part") else "", B=4, H=8, N=n, D=d,
-                                     dtype="bf16", causal=c, mode="fwd", ms="1", tflops=str(tf + d + c + n / 1024),
+                                     dtype="bf16", causal=c, mode="fwd", ms="1", tflops=str(tf + d + c + n / 1024), graph_tflops=str(2 * tf),
                                      backend="", check="ok", **META))  # fmt: skip
     _write(tmp_path / "bench.csv", bench.FIELDS, rows)
     report.plot_bench(report.read_csv(tmp_path / "bench.csv"), tmp_path)
@@ -33,6 +33,8 @@ def test_bench_plots_and_tables(tmp_path):
     part2 = report.table_part(tmp_path, 2)
     # D=64, non-causal, N=4096: part 2 = 368, part 1 = 108, flash = 348, cuDNN = 518.
     assert "| 64 | no | 4096 | 108 | **368** | 348 | 518 | 106% | 71% |" in part2
+    graph = report.table_graph(tmp_path, 2)
+    assert "| 64 | no | 4096 | 368 | 600 | 348 | 560 | 107% |" in graph
 
 
 def test_sweep_heatmap_and_tables(tmp_path):
