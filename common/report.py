@@ -44,17 +44,27 @@ def provenance(rows, command):
     return f"_{uniq('gpu')}; torch {uniq('torch')}; Triton {uniq('triton')}; commit {uniq('commit')}; {uniq('date')[:10]}. Regenerate: `{command}`._"
 
 
-def _fmt(x, digits=0):
-    return "—" if x is None else f"{x:.{digits}f}"
+def _fmt(x):
+    """TFLOP/s for a table: whole numbers, one decimal below 10."""
+    return "—" if x is None else f"{x:.1f}" if x < 10 else f"{x:.0f}"
+
+
+def _pct(a, b):
+    if not a or not b:
+        return "—"
+    return "<1%" if 100 * a / b < 1 else f"{100 * a / b:.0f}%"
 
 
 # ------------------------------------------------------------------------------------ bench
-def tflops_index(rows, column="tflops"):
-    """{(impl, D, causal, N): TFLOP/s} for timed forward rows (column: tflops or graph_tflops)."""
+def tflops_index(rows, column="ms"):
+    """{(impl, D, causal, N): TFLOP/s} for timed forward rows, from the time column (ms or graph_ms)."""
+    from common.bench import attention_flops
+
     index = {}
     for r in rows:
         if r["mode"] == "fwd" and r.get(column):
-            index[(r["impl"], int(r["D"]), int(r["causal"]), int(r["N"]))] = float(r[column])
+            flops = attention_flops(int(r["B"]), int(r["H"]), int(r["N"]), int(r["N"]), int(r["D"]), int(r["causal"]))
+            index[(r["impl"], int(r["D"]), int(r["causal"]), int(r["N"]))] = flops / float(r[column]) * 1e-9
     return index
 
 
@@ -137,10 +147,13 @@ def table_part(gpu_dir, part):
     ns = sorted({int(r["N"]) for r in rows})
     chosen = {(int(r["D"]), int(r["causal"]), int(r["N"])): r["backend"] for r in rows if r["impl"] == me}
     show_cfg = any(chosen.values())
-    head = f"| D | causal | N | part {part - 1} | **part {part}** | SDPA flash | SDPA cuDNN | part {part} / flash | part {part} / cuDNN |"
+    cols = ([f"part {part - 1}"] if part > 0 else []) + [f"**part {part}**", "SDPA flash", "SDPA cuDNN",
+                                                         f"part {part} / flash", f"part {part} / cuDNN"]  # fmt: skip
+    cols += ["config"] if show_cfg else []
     out = [provenance([r for r in rows if r["impl"] in (me, prev, "sdpa_flash", "sdpa_cudnn")], f"make bench PART={part} && make report"),
-           "", "Forward TFLOP/s, B=4, H=8, bf16" + (" (last column: the configuration the autotuner chose)" if show_cfg else "") + ":", "",
-           head + (" config |" if show_cfg else ""), "|" + " --- |" * 3 + " ---: |" * 6 + (" --- |" if show_cfg else "")]  # fmt: skip
+           "", "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if show_cfg else "") + ":", "",
+           "| D | causal | N | " + " | ".join(cols) + " |",
+           "| --- | --- | ---: |" + " ---: |" * (len(cols) - show_cfg) + (" --- |" if show_cfg else "")]  # fmt: skip
     for d in (64, 128):
         for c in (0, 1):
             for n in ns:
@@ -148,19 +161,10 @@ def table_part(gpu_dir, part):
                 if mine is None:
                     continue
                 fl, cu = idx.get(("sdpa_flash", d, c, n)), idx.get(("sdpa_cudnn", d, c, n))
-                pct = [f"{100 * mine / b:.0f}%" if b else "—" for b in (fl, cu)]
-                cells = [
-                    str(d),
-                    "yes" if c else "no",
-                    str(n),
-                    _fmt(idx.get((prev, d, c, n))),
-                    f"**{mine:.0f}**",
-                    _fmt(fl),
-                    _fmt(cu),
-                    *pct,
-                ]
-                if show_cfg:
-                    cells.append(chosen.get((d, c, n), ""))
+                cells = [str(d), "yes" if c else "no", str(n)]
+                cells += [_fmt(idx.get((prev, d, c, n)))] if part > 0 else []
+                cells += [f"**{_fmt(mine)}**", _fmt(fl), _fmt(cu), _pct(mine, fl), _pct(mine, cu)]
+                cells += [chosen.get((d, c, n), "")] if show_cfg else []
                 out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -168,7 +172,7 @@ def table_part(gpu_dir, part):
 def table_graph(gpu_dir, part):
     """do_bench (each call launched from Python) against CUDA-graph replay (GPU time alone)."""
     rows = read_csv(gpu_dir / "bench.csv")
-    timed, graph = tflops_index(rows), tflops_index(rows, "graph_tflops")
+    timed, graph = tflops_index(rows), tflops_index(rows, "graph_ms")
     me = f"part{part}"
     out = [provenance([r for r in rows if r["impl"] in (me, "sdpa_flash")], f"make bench PART={part} && make report"), "",
            f"Forward TFLOP/s of part {part} and SDPA flash, B=4, H=8, bf16, timed two ways: `do_bench` (the protocol: "
@@ -182,7 +186,7 @@ def table_graph(gpu_dir, part):
                 if (me, d, c, n) not in timed:
                     continue
                 g, fg = graph.get((me, d, c, n)), graph.get(("sdpa_flash", d, c, n))
-                ratio = f"{100 * g / fg:.0f}%" if g and fg else "—"
+                ratio = _pct(g, fg)
                 cells = [str(d), "yes" if c else "no", str(n), _fmt(timed.get((me, d, c, n))), _fmt(g),
                          _fmt(timed.get(("sdpa_flash", d, c, n))), _fmt(fg), ratio]  # fmt: skip
                 out.append("| " + " | ".join(cells) + " |")
@@ -269,37 +273,66 @@ def sweep_winners(csv_path, top=3):
     return "\n".join(out)
 
 
+def programs_per_sm(row, dev):
+    """Resident programs per SM, from the compiled kernel's registers and shared memory (the CUDA
+    occupancy rules: registers allocated per warp in units of 256, 1 KB of shared memory reserved
+    per program, at most 64 warps and 32 programs per SM)."""
+    warps, regs, smem = int(row["num_warps"]), int(row["regs"]), int(row["smem_compiled"])
+    per_warp = -(-regs * 32 // 256) * 256
+    return min(dev["regs_per_multiprocessor"] // (per_warp * warps), dev["shared_memory_per_multiprocessor"] // (smem + 1024),
+               dev["max_threads_per_multi_processor"] // 32 // warps, 32)  # fmt: skip
+
+
 def table_sweep(gpu_dir):
     rows = read_csv(gpu_dir / "part2_sweep.csv")
+    dev = json.loads((gpu_dir / "part2_device.json").read_text())
     counts = defaultdict(int)
     for r in rows:
         counts[r["status"].split(":")[0]] += 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     out = [provenance(rows, "python -m part2_tile_tuning.sweep && make report"), "",
-           f"{len(rows)} configurations: {summary}.", "",
-           "| D | causal | rank | BLOCK_M x BLOCK_N | warps | stages | TFLOP/s | shared memory (compiled) | registers |",
-           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+           f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and shared "
+           f"memory; waves = programs in the launch / (programs per SM x {dev['multi_processor_count']} SMs).", "",
+           "| D | causal | rank | BLOCK_M x BLOCK_N | warps | stages | TFLOP/s | shared memory | registers / thread | programs / SM | waves |",
+           "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for d, c in sorted({(int(r["D"]), int(r["causal"])) for r in rows}):
         for rank, r in enumerate(_ranked(rows, d, c)[:3], 1):
-            kb = f"{int(r['smem_compiled']) / 1024:.0f} KB" if r["smem_compiled"] else "—"
+            per_sm = programs_per_sm(r, dev)
+            programs = int(r["B"]) * int(r["H"]) * -(-int(r["N"]) // int(r["BLOCK_M"]))
             out.append(f"| {d} | {'yes' if c else 'no'} | {rank} | {r['BLOCK_M']} x {r['BLOCK_N']} | {r['num_warps']} | "
-                       f"{r['num_stages']} | {float(r['tflops']):.0f} | {kb} | {r['regs'] or '—'} |")  # fmt: skip
+                       f"{r['num_stages']} | {float(r['tflops']):.0f} | {int(r['smem_compiled']) / 1024:.0f} KB | {r['regs']} | "
+                       f"{per_sm} | {programs / (per_sm * dev['multi_processor_count']):.1f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def table_sweep_corners(gpu_dir):
+    """The best configuration for a few tile shapes, the seed's 16x16 among them."""
+    rows = read_csv(gpu_dir / "part2_sweep.csv")
+    best = _best_cells(rows)
+    shapes = ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
+    out = ["Best TFLOP/s for a tile shape, over warps and stages (N=4096, bf16):", "",
+           "| BLOCK_M x BLOCK_N | " + " | ".join(f"D={d}{' causal' if c else ''}" for d in (64, 128) for c in (0, 1)) + " |",
+           "| --- |" + " ---: |" * 4]  # fmt: skip
+    for bm, bn in shapes:
+        cells = []
+        for d in (64, 128):
+            for c in (0, 1):
+                r = best[(d, c)].get((bm, bn))
+                cells.append(f"{float(r['tflops']):.0f} (w{r['num_warps']} s{r['num_stages']})" if r else "—")
+        out.append(f"| {bm} x {bn} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def table_smem_check(gpu_dir):
     """Budget estimate against what the compiler really allocated, over every compiled configuration."""
     rows = [r for r in read_csv(gpu_dir / "part2_sweep.csv") if r["smem_compiled"]]
-    under = [r for r in rows if int(r["smem_compiled"]) > int(r["smem_est"])]
     ratio = sorted(int(r["smem_compiled"]) / int(r["smem_est"]) for r in rows)
-    worst = max(rows, key=lambda r: int(r["smem_compiled"]) - int(r["smem_est"])) if rows else None
-    out = [f"Over {len(rows)} compiled configurations, compiled / estimated shared memory ranges from "
-           f"{ratio[0]:.2f} to {ratio[-1]:.2f} (median {ratio[len(ratio) // 2]:.2f}); the estimate was below the "
-           f"compiler's figure for {len(under)} of them."]  # fmt: skip
-    if worst is not None and under:
-        out.append(f"Largest shortfall: {worst['BLOCK_M']} x {worst['BLOCK_N']}, D={worst['D']}, {worst['num_stages']} stages: "
-                   f"estimated {int(worst['smem_est']) / 1024:.0f} KB, compiled {int(worst['smem_compiled']) / 1024:.0f} KB.")  # fmt: skip
-    return " ".join(out)
+    short = [int(r["smem_compiled"]) - int(r["smem_est"]) for r in rows if int(r["smem_compiled"]) > int(r["smem_est"])]
+    out = (f"Over {len(rows)} compiled configurations, the compiler's shared memory divided by the estimate ranges "
+           f"from {ratio[0]:.2f} to {ratio[-1]:.2f} (median {ratio[len(ratio) // 2]:.2f}).")  # fmt: skip
+    if short:
+        out += f" It exceeded the estimate for {len(short)} of them, by at most {max(short)} bytes."
+    return out
 
 
 def table_budget(gpu_dir):
@@ -324,12 +357,12 @@ def table_budget(gpu_dir):
                 kb = f"{b / 1024:.0f}"
                 cells.append(kb if b <= ADA_SMEM_PER_BLOCK else f"**{kb}**" if b <= limit else f"~~{kb}~~")
             out.append(f"| {d} | {bm} x {bn} | " + " | ".join(cells) + " |")
-    out += ["", "Registers per thread for the float32 accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
-            f"(BLOCK_M x BLOCK_N), against the {dev['regs_per_multiprocessor'] // 256} a thread may address at most "
-            "(the compiler needs more for addresses, m_i, l_i and operands):", "",
-            "| D | BLOCK_M x BLOCK_N | 4 warps | 8 warps |", "| --- | --- | ---: | ---: |"]  # fmt: skip
-    from part2_tile_tuning.sweep import regs_estimate
+    from part2_tile_tuning.sweep import MAX_REGS, regs_estimate
 
+    out += ["", "float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
+            f"(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for "
+            "addresses, m_i, l_i and operands):", "",
+            "| D | BLOCK_M x BLOCK_N | 4 warps | 8 warps |", "| --- | --- | ---: | ---: |"]  # fmt: skip
     for d in (64, 128):
         for bm, bn in ((64, 64), (128, 64), (128, 128), (256, 64)):
             out.append(f"| {d} | {bm} x {bn} | {regs_estimate(bm, bn, d, 4):.0f} | {regs_estimate(bm, bn, d, 8):.0f} |")
@@ -341,7 +374,8 @@ def table_autotune(gpu_dir):
     out = [provenance(rows, "python -m part2_tile_tuning.autotune_cost && make report"), "",
            "| what | seconds | configurations tried | chosen |", "| --- | ---: | ---: | --- |"]  # fmt: skip
     for r in rows:
-        out.append(f"| {r['scenario']} | {float(r['seconds']):.3g} | {r['configs']} | {r['chosen']} |")
+        tried = r["configs"] if r["configs"] not in ("", "0") else "—"
+        out.append(f"| {r['scenario']} | {float(r['seconds']):.3g} | {tried} | {r['chosen'] or '—'} |")
     return "\n".join(out)
 
 
@@ -352,6 +386,7 @@ TABLES = {
     "part2": lambda g: table_part(g, 2),
     "part2-graph": lambda g: table_graph(g, 2),
     "part2-sweep": table_sweep,
+    "part2-sweep-corners": table_sweep_corners,
     "part2-smem-check": table_smem_check,
     "part2-budget": table_budget,
     "part2-autotune": table_autotune,

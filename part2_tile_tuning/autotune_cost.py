@@ -80,7 +80,7 @@ def main():
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows({**meta, **r, "seconds": f"{r['seconds']:.4f}"} for r in rows)
+        writer.writerows({**meta, **r, "seconds": f"{r['seconds']:.6g}"} for r in rows)
     print(f"wrote {path}")
     for r in rows:
         print(f"{r['seconds']:10.4f} s  {r['scenario']}  {r['chosen']}")

@@ -1,6 +1,7 @@
 """The report pipeline on synthetic CSVs: plots get drawn, README blocks get filled from data."""
 
 import csv
+import json
 
 from common import bench, report
 from part2_tile_tuning import sweep
@@ -13,6 +14,11 @@ def _write(path, fields, rows):
         w.writerows(rows)
 
 
+def _ms(n, d, c, tflops):
+    """The time that makes this shape run at `tflops`."""
+    return bench.attention_flops(4, 8, n, n, d, c) / (tflops * 1e9)
+
+
 META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", run_id="1")
 
 
@@ -23,7 +29,8 @@ def test_bench_plots_and_tables(tmp_path):
             for c in (0, 1):
                 for n in (1024, 4096):
                     rows.append(dict(impl=impl, part=impl[4:] if impl.startswith("part") else "", B=4, H=8, N=n, D=d,
-                                     dtype="bf16", causal=c, mode="fwd", ms="1", tflops=str(tf + d + c + n / 1024), graph_tflops=str(2 * tf),
+                                     dtype="bf16", causal=c, mode="fwd", ms=str(_ms(n, d, c, tf + d + c + n / 1024)),
+                                     graph_ms=str(_ms(n, d, c, 2 * tf)),
                                      backend="", check="ok", **META))  # fmt: skip
     _write(tmp_path / "bench.csv", bench.FIELDS, rows)
     report.plot_bench(report.read_csv(tmp_path / "bench.csv"), tmp_path)
@@ -43,9 +50,12 @@ def test_sweep_heatmap_and_tables(tmp_path):
         for r in sweep.plan(d, False, 227 * 1024):
             if r["status"] == "todo":
                 tf = r["BLOCK_M"] * r["BLOCK_N"] / 100
-                r.update(status="ok", ms="1", tflops=str(tf), smem_compiled=r["smem_est"], regs="100")
+                r.update(status="ok", ms="1", tflops=str(tf), smem_compiled=r["smem_est"], regs="100", B=4, H=8, N=4096)
             rows.append({**r, **META})
     _write(tmp_path / "part2_sweep.csv", sweep.FIELDS, rows)
+    device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
+                  max_threads_per_multi_processor=2048)  # fmt: skip
+    (tmp_path / "part2_device.json").write_text(json.dumps(device))
     report.draw_sweep_heatmaps(tmp_path / "part2_sweep.csv", tmp_path / "heat.png")
 
     assert (tmp_path / "heat.png").stat().st_size > 0
