@@ -169,6 +169,32 @@ def table_part(gpu_dir, part):
     return "\n".join(out)
 
 
+def table_causal_time(gpu_dir, part):
+    """Milliseconds with and without the causal mask: the same time means the same work was done."""
+    rows = read_csv(gpu_dir / "bench.csv")
+    ms = {
+        (int(r["D"]), int(r["causal"]), int(r["N"])): float(r["ms"])
+        for r in rows
+        if r["impl"] == f"part{part}" and r["ms"]
+    }
+    flash = {
+        (int(r["D"]), int(r["causal"]), int(r["N"])): float(r["ms"])
+        for r in rows
+        if r["impl"] == "sdpa_flash" and r["ms"]
+    }
+    out = ["Milliseconds per forward (B=4, H=8, bf16); causal does half the useful work:", "",
+           f"| D | N | part {part}, non-causal | part {part}, causal | causal / non-causal | SDPA flash, causal / non-causal |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d in (64, 128):
+        for n in sorted({n for _, _, n in ms}):
+            if (d, 0, n) in ms and (d, 1, n) in ms and n >= 2048:
+                fl = f"{flash[(d, 1, n)] / flash[(d, 0, n)]:.2f}" if (d, 0, n) in flash and (d, 1, n) in flash else "—"
+                out.append(
+                    f"| {d} | {n} | {ms[(d, 0, n)]:.3f} | {ms[(d, 1, n)]:.3f} | {ms[(d, 1, n)] / ms[(d, 0, n)]:.2f} | {fl} |"
+                )
+    return "\n".join(out)
+
+
 def table_graph(gpu_dir, part):
     """do_bench (each call launched from Python) against CUDA-graph replay (GPU time alone)."""
     rows = read_csv(gpu_dir / "bench.csv")
@@ -229,7 +255,9 @@ def draw_sweep_heatmaps(csv_path, png_path):
     groups = sorted({(int(r["D"]), int(r["causal"])) for r in rows})
     ms_ = sorted({int(r["BLOCK_M"]) for r in rows})
     ns_ = sorted({int(r["BLOCK_N"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 5), squeeze=False)
+    cols = 2 if len(groups) > 1 else 1
+    rows_ = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(5.6 * cols, 5.2 * rows_), squeeze=False)
     vmax = max((float(r["tflops"]) for cells in best.values() for r in cells.values()), default=1.0)
     for ax, (d, c) in zip(axes.flat, groups):
         grid = np.full((len(ms_), len(ns_)), np.nan)
@@ -250,7 +278,7 @@ def draw_sweep_heatmaps(csv_path, png_path):
         ax.set_xlabel("BLOCK_N (keys per step)")
         ax.set_ylabel("BLOCK_M (queries per program)")
         ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
-    fig.suptitle(f"Part 2 sweep: best TFLOP/s over warps (w) and stages (s); B=4, H=8, N=4096, bf16 — {rows[0]['gpu']}")
+    fig.suptitle(f"Part 2 sweep: best TFLOP/s over warps (w) and stages (s)\nB=4, H=8, N=4096, bf16 — {rows[0]['gpu']}")
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
@@ -323,6 +351,30 @@ def table_sweep_corners(gpu_dir):
     return "\n".join(out)
 
 
+def table_sweep_stages(gpu_dir):
+    """Pipeline depth for the winning tiles: TFLOP/s and compiled shared memory per num_stages."""
+    rows = read_csv(gpu_dir / "part2_sweep.csv")
+    dev = json.loads((gpu_dir / "part2_device.json").read_text())
+    picks = ((64, 0, 64, 128, 4), (128, 0, 128, 128, 8), (128, 1, 128, 64, 4))
+    out = ["TFLOP/s (shared memory, programs per SM) by pipeline depth, N=4096, bf16:", "",
+           "| D | causal | tile, warps | 1 stage | 2 stages | 3 stages | 4 stages | 5 stages |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d, c, bm, bn, w in picks:
+        cells = []
+        for st in range(1, 6):
+            match = [r for r in rows if (int(r["D"]), int(r["causal"]), int(r["BLOCK_M"]), int(r["BLOCK_N"]),
+                                         int(r["num_warps"]), int(r["num_stages"])) == (d, c, bm, bn, w, st)]  # fmt: skip
+            r = match[0] if match else None
+            if r is None or r["status"] != "ok":
+                cells.append(r["status"].split(":")[-1].strip() if r else "—")
+            else:
+                cells.append(
+                    f"{float(r['tflops']):.0f} ({int(r['smem_compiled']) / 1024:.0f} KB, {programs_per_sm(r, dev)})"
+                )
+        out.append(f"| {d} | {'yes' if c else 'no'} | {bm} x {bn}, {w} warps | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def table_smem_check(gpu_dir):
     """Budget estimate against what the compiler really allocated, over every compiled configuration."""
     rows = [r for r in read_csv(gpu_dir / "part2_sweep.csv") if r["smem_compiled"]]
@@ -383,10 +435,12 @@ TABLES = {
     "overview": table_overview,
     "part0": lambda g: table_part(g, 0),
     "part1": lambda g: table_part(g, 1),
+    "part1-causal": lambda g: table_causal_time(g, 1),
     "part2": lambda g: table_part(g, 2),
     "part2-graph": lambda g: table_graph(g, 2),
     "part2-sweep": table_sweep,
     "part2-sweep-corners": table_sweep_corners,
+    "part2-stages": table_sweep_stages,
     "part2-smem-check": table_smem_check,
     "part2-budget": table_budget,
     "part2-autotune": table_autotune,

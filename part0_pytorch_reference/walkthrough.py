@@ -37,8 +37,8 @@ part0 = parts.load(0)
 # `alpha = exp(m_old - m_new)`.
 
 # %%
-scores = torch.tensor([1.0, 3.0, 2.0, 5.0, 4.0, 7.0, 6.0, 2.0], dtype=torch.float64)
-values = torch.tensor([10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0], dtype=torch.float64)
+scores = torch.tensor([0.5, 2.0, -1.0, 3.0, 1.0, 4.5, 2.5, 0.0], dtype=torch.float64)
+values = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], dtype=torch.float64)
 
 m, l, acc = -math.inf, 0.0, 0.0
 for start in (0, 4):
@@ -48,12 +48,14 @@ for start in (0, 4):
     p = torch.exp(s - m_new)
     l = alpha * l + p.sum().item()
     acc = alpha * acc + (p * v).sum().item()
-    print(f"block at {start}: m = {m_new:.0f}, alpha = {alpha:.4f}, l = {l:.4f}, acc = {acc:.3f}")
+    print(
+        f"block at {start}: m = {m_new}, alpha = {alpha:.4f}, p = {[round(x, 4) for x in p.tolist()]}, l = {l:.4f}, acc = {acc:.4f}"
+    )
     m = m_new
 
 online = acc / l  # the one division, at the end
 direct = (torch.softmax(scores, 0) * values).sum().item()
-print(f"online: {online:.6f}   softmax over all eight at once: {direct:.6f}")
+print(f"online: {online:.4f}   softmax over all eight at once: {direct:.4f}")
 assert abs(online - direct) < 1e-12
 
 # %% [markdown]
