@@ -76,36 +76,40 @@ def impls_in(rows):
     return parts_ + [i for i in SDPA_NAMES if i in order]
 
 
-def plot_bench(rows, out_dir):
+def _panel_figure(plot_panel, ylabel, title, path):
+    """A 2 x 2 figure, one panel per (D, causal), x = N on a log scale; plot_panel(ax, d, c) draws."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    idx = tflops_index(rows)
-    impls = impls_in(rows)
-    ns = sorted({int(r["N"]) for r in rows})
-    panels = [(d, c) for d in (64, 128) for c in (0, 1)]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    for ax, (d, c) in zip(axes.flat, panels):
-        for impl in impls:
-            pts = [(n, idx[(impl, d, c, n)]) for n in ns if (impl, d, c, n) in idx]
-            if pts:
-                style = "-o" if impl.startswith("part") else "--"
-                ax.plot(*zip(*pts), style, label=impl_label(impl), markersize=4)
+    for ax, (d, c) in zip(axes.flat, [(d, c) for d in (64, 128) for c in (0, 1)]):
+        plot_panel(ax, d, c)
         ax.set_xscale("log", base=2)
         ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
         ax.set_xlabel("N (sequence length)")
-        ax.set_ylabel("TFLOP/s")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"Forward, B=4, H=8, bf16 — {rows[0]['gpu']}")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out_dir / "bench_tflops.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
-    for ax, (d, c) in zip(axes.flat, panels):
+
+def plot_bench(rows, out_dir):
+    idx = tflops_index(rows)
+    impls = impls_in(rows)
+    ns = sorted({int(r["N"]) for r in rows})
+
+    def tflops(ax, d, c):
+        for impl in impls:
+            pts = [(n, idx[(impl, d, c, n)]) for n in ns if (impl, d, c, n) in idx]
+            if pts:
+                ax.plot(*zip(*pts), "-o" if impl.startswith("part") else "--", label=impl_label(impl), markersize=4)
+
+    def share(ax, d, c):
         for impl in (i for i in impls if i.startswith("part")):
             for base, style in (("sdpa_flash", "-o"), ("sdpa_cudnn", "--s")):
                 pts = [(n, 100 * idx[(impl, d, c, n)] / idx[(base, d, c, n)]) for n in ns
@@ -113,16 +117,11 @@ def plot_bench(rows, out_dir):
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"{impl_label(impl)} / {impl_label(base)}", markersize=4)
         ax.axhline(100, color="gray", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
-        ax.set_xlabel("N (sequence length)")
-        ax.set_ylabel("% of SDPA backend")
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"Parts as % of SDPA flash (solid) and SDPA cuDNN (dashed) — {rows[0]['gpu']}")
-    fig.tight_layout()
-    fig.savefig(out_dir / "bench_vs_sdpa.png", dpi=110)
-    plt.close(fig)
+
+    gpu = rows[0]["gpu"]
+    _panel_figure(tflops, "TFLOP/s", f"Forward, B=4, H=8, bf16 — {gpu}", out_dir / "bench_tflops.png")
+    _panel_figure(share, "% of SDPA backend", f"Parts as % of SDPA flash (solid) and SDPA cuDNN (dashed) — {gpu}",
+                  out_dir / "bench_vs_sdpa.png")  # fmt: skip
 
 
 def table_overview(gpu_dir):
