@@ -46,7 +46,7 @@ diff:
 	@python3 -m common.diff $(PART_ARG)
 
 notebook: $(ENV)
-	@test -n "$(FOLDER)" || { echo "usage: make notebook PART=N (N = 0..5, an existing part)"; exit 2; }
+	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
 	$(PYTHON) -m jupytext --to ipynb $(FOLDER)/walkthrough.py
 
 sweep: $(ENV)

@@ -4,10 +4,11 @@
     python -m common.bench --part 1       # one part (SDPA baselines are always timed alongside)
     python -m common.bench --quick        # N = 1024 and 4096 only
 
-Protocol (DESIGN.md): B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
+Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
 Every implementation is first checked against the float64 reference on two (batch, head)
 slices of the very inputs it is timed on; one that fails is not timed. Timing is
-triton.testing.do_bench, median. FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
+triton.testing.do_bench, median (the protocol), and also CUDA-graph replay (GPU time without the
+Python launch cost). FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
 Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key).
 
 Without a GPU: checks each part under the interpreter on a small shape and says that timings
@@ -36,8 +37,8 @@ HEAD_DIMS = (64, 128)
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SEQ_LENS = (1024, 4096)
 DTYPE = torch.bfloat16
-PART0_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles: ~1 s per call beyond this
-MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 8.6 GB of bf16 at 16384
+PART0_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time per call grows as N^2 (seconds past 4096)
+MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of bf16 at N = 16384
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math", "default")
 
 FIELDS = [

@@ -45,8 +45,8 @@ def provenance(rows, command):
 
 
 def _fmt(x):
-    """TFLOP/s for a table: whole numbers, one decimal below 10."""
-    return "—" if x is None else f"{x:.1f}" if x < 10 else f"{x:.0f}"
+    """TFLOP/s for a table: whole numbers, one decimal below 10, two significant digits below 1."""
+    return "—" if x is None else f"{x:.2g}" if x < 1 else f"{x:.1f}" if x < 10 else f"{x:.0f}"
 
 
 def _pct(a, b):
@@ -201,8 +201,8 @@ def table_graph(gpu_dir, part):
     me = f"part{part}"
     out = [provenance([r for r in rows if r["impl"] in (me, "sdpa_flash")], f"make bench PART={part} && make report"), "",
            f"Forward TFLOP/s of part {part} and SDPA flash, B=4, H=8, bf16, timed two ways: `do_bench` (the protocol: "
-           "each call launched from Python, L2 flushed in between) and CUDA-graph replay (the launches recorded once, "
-           "so only GPU time counts):", "",
+           "each call launched from Python after an L2 flush) and CUDA-graph replay (the launches recorded once and "
+           "replayed back to back: no launch cost, and no flush, so inputs that fit in L2 stay there):", "",
            f"| D | causal | N | part {part} | part {part}, graph | SDPA flash | SDPA flash, graph | part {part} / flash, graph |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for d in (64, 128):
@@ -365,7 +365,8 @@ def table_sweep_stages(gpu_dir):
                                          int(r["num_warps"]), int(r["num_stages"])) == (d, c, bm, bn, w, st)]  # fmt: skip
             r = match[0] if match else None
             if r is None or r["status"] != "ok":
-                cells.append(r["status"].split(":")[-1].strip() if r else "—")
+                head, _, why = r["status"].partition(":") if r else ("—", "", "")
+                cells.append(f"{head} ({why.strip()})" if why else head)
             else:
                 cells.append(
                     f"{float(r['tflops']):.0f} ({int(r['smem_compiled']) / 1024:.0f} KB, {programs_per_sm(r, dev)})"
@@ -375,15 +376,26 @@ def table_sweep_stages(gpu_dir):
 
 
 def table_smem_check(gpu_dir):
-    """Budget estimate against what the compiler really allocated, over every compiled configuration."""
+    """Budget estimate against what the compiler really allocated, over every compiled configuration,
+    split by whether the configuration can use Hopper's warpgroup MMA (BLOCK_M >= 64, warps a multiple of 4)."""
     rows = [r for r in read_csv(gpu_dir / "part2_sweep.csv") if r["smem_compiled"]]
-    ratio = sorted(int(r["smem_compiled"]) / int(r["smem_est"]) for r in rows)
-    short = [int(r["smem_compiled"]) - int(r["smem_est"]) for r in rows if int(r["smem_compiled"]) > int(r["smem_est"])]
-    out = (f"Over {len(rows)} compiled configurations, the compiler's shared memory divided by the estimate ranges "
-           f"from {ratio[0]:.2f} to {ratio[-1]:.2f} (median {ratio[len(ratio) // 2]:.2f}).")  # fmt: skip
-    if short:
-        out += f" It exceeded the estimate for {len(short)} of them, by at most {max(short)} bytes."
-    return out
+
+    def summary(group):
+        ratio = sorted(int(r["smem_compiled"]) / int(r["smem_est"]) for r in group)
+        over = [
+            int(r["smem_compiled"]) - int(r["smem_est"]) for r in group if int(r["smem_compiled"]) > int(r["smem_est"])
+        ]
+        text = f"{len(group)} configurations, compiled / estimated from {ratio[0]:.2f} to {ratio[-1]:.2f}"
+        return text + (f", over the estimate by at most {max(over)} bytes" if over else ", never over the estimate")
+
+    wgmma = [r for r in rows if int(r["BLOCK_M"]) >= 64 and int(r["num_warps"]) % 4 == 0]
+    other = [r for r in rows if r not in wgmma]
+    out = []
+    if wgmma:
+        out.append(f"Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps): {summary(wgmma)}.")
+    if other:
+        out.append(f"The rest (BLOCK_M < 64 or 2 warps): {summary(other)}.")
+    return " ".join(out)
 
 
 def table_budget(gpu_dir):
@@ -412,11 +424,16 @@ def table_budget(gpu_dir):
 
     out += ["", "float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
             f"(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for "
-            "addresses, m_i, l_i and operands):", "",
+            "addresses, m_i, l_i and operands); ~~struck~~: more than that, pruned by the sweep:", "",
             "| D | BLOCK_M x BLOCK_N | 4 warps | 8 warps |", "| --- | --- | ---: | ---: |"]  # fmt: skip
+
+    def regs(bm, bn, d, w):
+        n = regs_estimate(bm, bn, d, w)
+        return f"{n:.0f}" if n <= MAX_REGS else f"~~{n:.0f}~~"
+
     for d in (64, 128):
         for bm, bn in ((64, 64), (128, 64), (128, 128), (256, 64)):
-            out.append(f"| {d} | {bm} x {bn} | {regs_estimate(bm, bn, d, 4):.0f} | {regs_estimate(bm, bn, d, 8):.0f} |")
+            out.append(f"| {d} | {bm} x {bn} | {regs(bm, bn, d, 4)} | {regs(bm, bn, d, 8)} |")
     return "\n".join(out)
 
 

@@ -46,11 +46,11 @@ for start in (0, 4):
     m_new = max(m, s.max().item())
     alpha = math.exp(m - m_new)  # exp(-inf) = 0 on the first block: nothing to rescale yet
     p = torch.exp(s - m_new)
-    l = alpha * l + p.sum().item()
-    acc = alpha * acc + (p * v).sum().item()
-    print(
-        f"block at {start}: m = {m_new}, alpha = {alpha:.4f}, p = {[round(x, 4) for x in p.tolist()]}, l = {l:.4f}, acc = {acc:.4f}"
-    )
+    tile_sum, tile_acc = p.sum().item(), (p * v).sum().item()
+    l = alpha * l + tile_sum
+    acc = alpha * acc + tile_acc
+    print(f"tile at {start}: m = {m_new}, alpha = {alpha:.4f}, exp(s - m) = {[round(x, 4) for x in p.tolist()]}")
+    print(f"    tile sums: exp(s - m) {tile_sum:.4f}, exp(s - m) * v {tile_acc:.4f};  l = {l:.4f}, acc = {acc:.4f}")
     m = m_new
 
 online = acc / l  # the one division, at the end
@@ -89,7 +89,7 @@ _, lse_ref = attention_reference(q, k, v, is_causal=True)
 print(f"max |L - L_ref| = {(saved[4].double() - lse_ref).abs().max().item():.2e}")
 for n in (4096, 32768):
     print(
-        f"N = {n}: L holds {n} floats per head ({n * 4 / 1024:.0f} KB); P would hold {n * n} ({n * n * 2 / 2**20:.0f} MiB in bf16)"
+        f"N = {n}: L holds {n} floats per head ({n * 4 / 1024:.0f} KiB); P would hold {n * n} ({n * n * 2 / 2**20:.0f} MiB in bf16)"
     )
 
 # %% [markdown]

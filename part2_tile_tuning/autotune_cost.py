@@ -2,9 +2,10 @@
 
     python -m part2_tile_tuning.autotune_cost
 
-Each scenario runs in a fresh Python process with its own Triton cache directory, so "cold"
-really means nothing compiled: the first call compiles every configuration that survives the
-pruning, times each one, and only then runs. Writes results/<gpu>/part2_autotune.csv.
+Two fresh Python processes run one after the other with one new, empty Triton cache directory.
+In the first ("cold cache") nothing is compiled yet: the first call compiles every configuration
+that survives the pruning, times each one, and only then runs. The second ("warm disk cache")
+finds those compiled kernels on disk. Writes results/<gpu>/part2_autotune.csv.
 """
 
 import csv

@@ -35,10 +35,11 @@ def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
 
 
 def smem_limit():
-    """Shared memory one program may use, read off the GPU (227 KB on Hopper, 99 KB on Ada)."""
+    """Shared memory one program may use, read off the GPU (227 KB on Hopper, 99 KB on Ada).
+    Without a GPU nothing is pruned for real; Hopper's value keeps the arithmetic printable."""
     if not torch.cuda.is_available():
         return 227 * 1024
-    return torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
 
 
 def fits_in_smem(configs, named_args, **kwargs):

@@ -36,7 +36,8 @@ print(runtime.describe())
 
 # %%
 limit = part2.smem_limit()
-print(f"shared memory one program may use here: {limit // 1024} KB")
+where = "read off this GPU" if runtime.HAS_GPU else "no GPU here: Hopper's limit, assumed"
+print(f"shared memory one program may use: {limit // 1024} KB ({where})")
 for d in (64, 128):
     for bm, bn in ((16, 16), (128, 64), (128, 128), (256, 128)):
         cells = []

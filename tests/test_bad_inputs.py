@@ -68,8 +68,14 @@ CASES = [
     ("mixed-dtype", _t(2, 8, 64), _t(2, 8, 64, dtype=torch.float16), _t(2, 8, 64), False, TypeError, "same dtype"),
     ("list-k", _t(2, 8, 64), [[1.0]], _t(2, 8, 64), False, TypeError, "k must be a torch.Tensor"),
     ("causal-not-bool", _t(2, 8, 64), _t(2, 8, 64), _t(2, 8, 64), "yes", TypeError, "is_causal must be a bool"),
+    ("2d-k", _t(2, 8, 64), _t(8, 64), _t(8, 64), False, ValueError, "k must be at least 3-D"),
+    ("3d-k-4d-q", _t(2, 3, 8, 64), _t(2, 8, 64), _t(2, 8, 64), False, ValueError, "k has leading"),
+    ("empty-keys", _t(2, 8, 64), _t(2, 0, 64), _t(2, 0, 64), False, ValueError, "sequence lengths must be at least 1"),
+    ("empty-batch", _t(0, 8, 64), _t(0, 8, 64), _t(0, 8, 64), False, ValueError, "empty batch/head dimension"),
+    ("v-dtype", _t(2, 8, 64), _t(2, 8, 64), _t(2, 8, 64, dtype=torch.bfloat16), False, TypeError, "same dtype"),
     # 'meta' tensors have no data: a different device that exists on every machine.
     ("devices", _t(2, 8, 64), _t(2, 8, 64, device="meta"), _t(2, 8, 64), False, ValueError, "same device"),
+    ("v-device", _t(2, 8, 64), _t(2, 8, 64), _t(2, 8, 64, device="meta"), False, ValueError, "same device"),
 ]
 
 

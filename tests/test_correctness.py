@@ -33,12 +33,19 @@ def test_full_size(part, shape, dtype, is_causal):
     assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} {shape}")
 
 
+STRESS_SHAPES = (
+    [Shape((2, 4), 1024, 1000, 64), Shape((1, 4), 777, 1500, 128)]
+    if HAS_GPU
+    else [Shape((2, 2), 96, 80, 64), Shape((1, 2), 50, 70, 128)]
+)
+
+
 @pytest.mark.parametrize("is_causal", CAUSAL, ids=CAUSAL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_large_scores(part, dtype, is_causal):
+@pytest.mark.parametrize("shape", STRESS_SHAPES, ids=str)
+def test_large_scores(part, shape, dtype, is_causal):
     """|S| up to ~100: exp(S) overflows float32, so only a max-subtracting softmax survives."""
     skip_unsupported(part, dtype)
-    shape = Shape((2, 2), 96, 80, 64) if not HAS_GPU else Shape((2, 4), 1024, 1000, 64)
     q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=3, scale=STRESS_SCALE)
     s = (q[0, 0].double() @ k[0, 0].double().T) * shape.d**-0.5
     assert s.abs().max() > 60, "stress inputs should produce scores large enough to overflow exp"
@@ -56,18 +63,40 @@ def test_random_shapes(part, index):
     assert_report_ok(check_part(parts.load(part), q, k, v, do, is_causal), f"part {part} {shape} {dtype}")
 
 
-def test_strided_inputs(part):
-    """Non-contiguous views (the (B, N, H, D) layout transposed to (B, H, N, D)) give the same
-    answer as contiguous copies."""
-    shape = Shape((2, 3), 40, 56, 32)
-    q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
-    as_view = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)]
-    assert not as_view[0].is_contiguous()
+def _same_as_contiguous(part, q, k, v, do):
     module = parts.load(part)
-    want = run_part(module, q, k, v, do, True)
-    got = run_part(module, *as_view, do, True)
+    want = run_part(module, *(t.clone(memory_format=torch.contiguous_format) for t in (q, k, v, do)), True)
+    got = run_part(module, q, k, v, do, True)
     for name in want:
-        assert torch.equal(got[name], want[name]), f"{name} differs between strided and contiguous inputs"
+        assert torch.equal(got[name], want[name]), f"{name} differs from the result on contiguous inputs"
+
+
+def test_strided_inputs(part):
+    """Non-contiguous views (the (B, N, H, D) layout transposed to (B, H, N, D)), and a strided
+    dO, give the same answer as contiguous copies."""
+    q, k, v, do = make_inputs(Shape((2, 3), 40, 56, 32), torch.float32, DEVICE, seed=5)
+    q, k, v, do = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, do))
+    assert not q.is_contiguous() and not do.is_contiguous()
+    _same_as_contiguous(part, q, k, v, do)
+
+
+def test_misaligned_inputs(part):
+    """Tensors that start 4 bytes past a 16-byte boundary (tensor descriptors need 16)."""
+    shape = Shape((2,), 24, 40, 16)
+
+    def shifted(s, seed):
+        flat = torch.randn(1 + torch.Size(s).numel(), generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+        return flat[1:].view(s)
+
+    q, k, v, do = (
+        shifted(shape.q_shape, 1),
+        shifted(shape.kv_shape, 2),
+        shifted(shape.kv_shape, 3),
+        shifted(shape.q_shape, 4),
+    )
+    assert q.data_ptr() % 16 != 0
+    _same_as_contiguous(part, q, k, v, do)
+    assert_report_ok(check_part(parts.load(part), q, k, v, do, False), "misaligned inputs")
 
 
 def test_saves_q_k_v_o_l(part):
