@@ -14,7 +14,7 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: test bench report diff notebook sweep autotune lint results clean help
+.PHONY: test bench report diff notebook notebook-part sweep autotune lint results clean help
 
 help:
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
@@ -45,9 +45,11 @@ report: $(ENV)
 diff:
 	@python3 -m common.diff $(PART_ARG)
 
-notebook: $(ENV)
-	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
+notebook: notebook-part $(ENV)
 	$(PYTHON) -m jupytext --to ipynb $(FOLDER)/walkthrough.py
+
+notebook-part:
+	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
 
 sweep: $(ENV)
 	$(PYTHON) -m part2_tile_tuning.sweep
