@@ -1,5 +1,8 @@
 """Shared pieces of the test suite."""
 
+import importlib.util
+import sys
+
 import pytest
 import torch
 
@@ -23,4 +26,30 @@ def assert_report_ok(report, context):
     assert report.ok, f"{context}: {report}"
 
 
-__all__ = ["DEVICE", "DTYPES", "DTYPE_IDS", "HAS_GPU", "INTERPRET", "needs_gpu", "skip_unsupported", "assert_report_ok"]
+def mutant(part, tmp_path, name, replacements):
+    """Load a copy of part's flash_attention.py with each `old` replaced by `new` (each must occur once)."""
+    source = parts.path(part).read_text()
+    for old, new in replacements:
+        assert source.count(old) == 1, f"part {part}: expected exactly one '{old}' to mutate"
+        source = source.replace(old, new)
+    file = tmp_path / f"part{part}_{name}.py"
+    file.write_text(source)
+    module_name = f"mutant_part{part}_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+__all__ = [
+    "DEVICE",
+    "DTYPES",
+    "DTYPE_IDS",
+    "HAS_GPU",
+    "INTERPRET",
+    "needs_gpu",
+    "skip_unsupported",
+    "assert_report_ok",
+    "mutant",
+]

@@ -1,23 +1,14 @@
 """The checker itself: it must fail on wrong answers, missing outputs and broken algorithms."""
 
-import importlib.util
-import sys
-
 import pytest
 import torch
 
 from common import parts
-from common.check import Report, check_outputs, check_part
+from common.check import Report, check_outputs, check_part, run_part
 from common.inputs import Shape, make_inputs
-from tests.helpers import DEVICE
+from tests.helpers import DEVICE, mutant
 
 SHAPE = Shape((1, 2), 130, 200, 64)
-
-
-def _outputs(module, q, k, v, do):
-    from common.check import run_part
-
-    return run_part(module, q, k, v, do, True)
 
 
 def test_empty_report_is_not_ok():
@@ -36,7 +27,7 @@ def test_outputs_must_be_named():
 def test_small_errors_in_L_and_nans_in_O_fail(dtype):
     """L is float32 in every dtype: an error of 1e-3 in it must fail even for bf16 inputs."""
     q, k, v, do = make_inputs(SHAPE, dtype, DEVICE, seed=1)
-    good = _outputs(parts.load(0), q, k, v, do)
+    good = run_part(parts.load(0), q, k, v, do, True)
     assert check_outputs(good, q, k, v, do, True).ok
     shifted = dict(good, L=good["L"] + 1e-3)
     assert not check_outputs(shifted, q, k, v, do, True).ok
@@ -47,15 +38,7 @@ def test_small_errors_in_L_and_nans_in_O_fail(dtype):
 
 def test_online_softmax_without_rescaling_is_caught(tmp_path):
     """Part 0 with the running output never rescaled by alpha: right on one key tile, wrong on several."""
-    source = parts.path(0).read_text()
-    old = "O_i = alpha[..., None] * O_i + "
-    assert source.count(old) == 1
-    file = tmp_path / "part0_no_rescale.py"
-    file.write_text(source.replace(old, "O_i = O_i + "))
-    spec = importlib.util.spec_from_file_location("part0_no_rescale", file)
-    broken = importlib.util.module_from_spec(spec)
-    sys.modules["part0_no_rescale"] = broken
-    spec.loader.exec_module(broken)
+    broken = mutant(0, tmp_path, "no_rescale", [("O_i = alpha[..., None] * O_i + ", "O_i = O_i + ")])
     one_tile = make_inputs(Shape((2,), 40, 60, 32), torch.float32, DEVICE, seed=2)
     assert check_part(broken, *one_tile, False).ok
     many_tiles = make_inputs(SHAPE, torch.float32, DEVICE, seed=2)

@@ -6,16 +6,13 @@ shape the original assignment tested does not). If these tests pass, the correct
 would have failed on those bugs.
 """
 
-import importlib.util
-import sys
-
 import pytest
 import torch
 
 from common import parts
 from common.check import check_part
 from common.inputs import Shape, make_inputs
-from tests.helpers import DEVICE
+from tests.helpers import DEVICE, mutant
 
 FRIENDLY = Shape((2,), 256, 256, 64)  # lengths a multiple of every tile size (up to 256): no padding anywhere
 RAGGED = Shape((2, 3), 100, 100, 32)  # 100 = 6*16 + 4 keys: the last key tile is mostly padding
@@ -29,22 +26,6 @@ K_LOAD = "k = k_desc.load([k_start, 0])"
 V_LOAD = "v = v_desc.load([k_start, 0])"
 
 SEED_LOOP_PARTS = (1, 2)
-
-
-def mutant(part, tmp_path, name, replacements):
-    """Load a copy of part's flash_attention.py with each `old` replaced by `new` (each must occur once)."""
-    source = parts.path(part).read_text()
-    for old, new in replacements:
-        assert source.count(old) == 1, f"part {part}: expected exactly one '{old}' to mutate"
-        source = source.replace(old, new)
-    file = tmp_path / f"part{part}_{name}.py"
-    file.write_text(source)
-    module_name = f"mutant_part{part}_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _check(module, shape, dtype=torch.float32, is_causal=False):
