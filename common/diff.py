@@ -9,27 +9,25 @@ are listed. Needs nothing beyond the Python standard library.
 import argparse
 import difflib
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {0: "part0_pytorch_reference", 1: "part1_triton_baseline", 2: "part2_tile_tuning",
-           3: "part3_inner_loop", 4: "part4_backward", 5: "part5_profiling"}  # fmt: skip
+from common import ROOT, parts
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, required=False)
     n = ap.parse_args(argv).part
-    if n is None or n not in FOLDERS or n == 0:
-        print("usage: make diff PART=N, with N in 1..5: shows what part N changes in part N-1's kernel")
+    numbers = list(parts.folders())
+    if n is None or n not in numbers or n - 1 not in numbers:
+        print(f"usage: make diff PART=N, with N in {numbers[1]}..{numbers[-1]}: what part N changes in part N-1's kernel")
         return 2
-    old, new = ROOT / FOLDERS[n - 1], ROOT / FOLDERS[n]
-    for folder in (old, new):
-        if not (folder / "flash_attention.py").exists():
-            print(f"Part {n if folder == new else n - 1} ({folder.name}) has no kernel yet, so there is nothing to diff. "
-                  f"Its README.md says what is coming.")  # fmt: skip
-            return 0
-    a, b = (p / "flash_attention.py" for p in (old, new))
+    missing = [m for m in (n - 1, n) if m not in parts.available()]
+    if missing:
+        print(f"part {missing[0]} ({parts.folder(missing[0]).name}) has no kernel yet, so there is nothing to diff; "
+              "its README.md says what is coming")  # fmt: skip
+        return 2
+    old, new = parts.folder(n - 1), parts.folder(n)
+    a, b = parts.path(n - 1), parts.path(n)
     diff = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
                                 fromfile=str(a.relative_to(ROOT)), tofile=str(b.relative_to(ROOT)))  # fmt: skip
     sys.stdout.writelines(diff)

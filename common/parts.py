@@ -1,55 +1,60 @@
-"""The registry: part number -> that part's flash_attention.py, loaded by path.
+"""The registry: part number -> that part's package, found by folder name (part<N>_<topic>).
 
-Parts never import each other; everything that compares parts (tests, benchmark, diff) goes
-through here. Loading a part imports common.runtime first, so a machine without a GPU runs the
-Triton parts under the interpreter.
+Parts never import each other; everything that compares parts (tests, benchmark, report, diff)
+goes through here. Finding parts needs only the standard library (`make diff` uses it without
+torch); loading one imports common.runtime first, so a machine without a GPU runs the Triton
+parts under the interpreter.
 """
 
-import importlib.util
-import sys
-from pathlib import Path
+import importlib
+import re
 
-import common.runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel is defined)
+from common import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+PATTERN = re.compile(r"part(\d+)_\w+")
 
-FOLDERS = {
-    0: "part0_pytorch_reference",
-    1: "part1_triton_baseline",
-    2: "part2_tile_tuning",
-    3: "part3_inner_loop",
-    4: "part4_backward",
-    5: "part5_profiling",
-}
-TRITON_PARTS = {1, 2, 3, 4, 5}  # parts whose forward is a Triton kernel
 
-_loaded = {}
+def folders():
+    """{part number: folder} for every part<N>_<topic> folder, in order (planned parts included)."""
+    found = {int(m.group(1)): p for p in ROOT.iterdir() if p.is_dir() and (m := PATTERN.fullmatch(p.name))}
+    return dict(sorted(found.items()))
+
+
+def folder(n):
+    """Part n's folder. ValueError naming the parts that exist if there is none."""
+    if n not in folders():
+        raise ValueError(f"there is no part {n}; the part folders are {list(folders())}")
+    return folders()[n]
 
 
 def path(n):
-    return ROOT / FOLDERS[n] / "flash_attention.py"
+    """Part n's kernel file, flash_attention.py (it may not exist yet for a planned part)."""
+    return folder(n) / "flash_attention.py"
 
 
 def available():
     """Part numbers whose flash_attention.py exists, in order."""
-    return [n for n in FOLDERS if path(n).exists()]
+    return [n for n, f in folders().items() if (f / "flash_attention.py").exists()]
 
 
 def uses_triton(n):
-    return n in TRITON_PARTS
+    """Whether part n's forward is a Triton kernel (its kernel file imports triton)."""
+    return re.search(r"^import triton", path(n).read_text(), re.M) is not None
+
+
+def require(numbers):
+    """The part numbers, checked: one clear line naming what exists if one has no kernel yet."""
+    missing = [n for n in numbers if n not in available()]
+    if missing:
+        planned = [n for n in missing if n in folders()]
+        what = "has no kernel yet (its README says what is coming)" if planned else "does not exist"
+        raise ValueError(f"part {', '.join(map(str, missing))} {what}; parts with a kernel: {available()}")
+    return list(numbers)
 
 
 def load(n):
-    """Import part n's flash_attention.py (once) and return the module."""
-    if n not in FOLDERS:
-        raise ValueError(f"no part {n}; parts are {sorted(FOLDERS)}")
-    if not path(n).exists():
-        raise FileNotFoundError(f"part {n} ({FOLDERS[n]}) has no flash_attention.py yet")
-    if n not in _loaded:
-        name = f"{FOLDERS[n]}.flash_attention"
-        spec = importlib.util.spec_from_file_location(name, path(n))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _loaded[n] = module
-    return _loaded[n]
+    """Import part n's flash_attention module (once; Python caches it) and return it."""
+    require([n])
+    import common.runtime  # noqa: F401  (TRITON_INTERPRET is set before the part imports triton)
+
+    return importlib.import_module(f"{folder(n).name}.flash_attention")

@@ -7,13 +7,22 @@ when a part's `flash_attention.py` is executed on a machine without a GPU.
 
 import os
 import re
+import sys
 
 import torch
 
 HAS_GPU = torch.cuda.is_available()
-if not HAS_GPU:
-    # No GPU: run every Triton kernel in Triton's interpreter (numpy on the CPU).
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not HAS_GPU and "TRITON_INTERPRET" not in os.environ:
+    # No GPU: run every Triton kernel in Triton's interpreter (numpy on the CPU). Triton reads the
+    # switch when triton.language is imported (some of its helpers are themselves @triton.jit
+    # functions), so it must be set first; a part imported after triton would fail at its first
+    # launch with "Cannot call @triton.jit'd outside of the scope of a kernel". Say so plainly instead.
+    if "triton.language" in sys.modules:
+        raise ImportError(
+            "triton was imported before this project could switch on Triton's interpreter (no CUDA GPU here). "
+            "Import the part (or common.runtime) before triton, or set TRITON_INTERPRET=1 in the environment."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
