@@ -19,7 +19,9 @@ def main(argv=None):
     n = ap.parse_args(argv).part
     numbers = list(parts.folders())
     if n is None or n not in numbers or n - 1 not in numbers:
-        print(f"usage: make diff PART=N, with N in {numbers[1]}..{numbers[-1]}: what part N changes in part N-1's kernel")
+        print(
+            f"usage: make diff PART=N, with N in {numbers[1]}..{numbers[-1]}: what part N changes in part N-1's kernel"
+        )
         return 2
     missing = [m for m in (n - 1, n) if m not in parts.available()]
     if missing:
