@@ -3,15 +3,17 @@ never a crash inside a kernel or a silently wrong answer."""
 
 import torch
 
+from common.runtime import INTERPRET
+
 SUPPORTED_D = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_inputs(q, k, v, is_causal, needs_cuda=False):
+def check_inputs(q, k, v, is_causal, triton=False):
     """Raise TypeError/ValueError for anything the kernels do not support.
 
-    needs_cuda: the part launches compiled Triton kernels, which need CUDA tensors
-    (under the interpreter, TRITON_INTERPRET=1, CPU tensors are fine).
+    triton: the part launches Triton kernels. Compiled, they need CUDA tensors; under Triton's
+    interpreter (TRITON_INTERPRET=1, no GPU) they run on CPU tensors, but not in bfloat16 (below).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -32,10 +34,17 @@ def check_inputs(q, k, v, is_causal, needs_cuda=False):
         raise ValueError(
             f"q, k and v must be on the same device; got q on {q.device}, k on {k.device}, v on {v.device}"
         )
-    if needs_cuda and q.device.type != "cuda":
+    if triton and not INTERPRET and q.device.type != "cuda":
         raise ValueError(
             f"q is on {q.device}, but this part runs compiled Triton kernels, which need CUDA tensors "
             "(without a GPU, set TRITON_INTERPRET=1 before importing it to use the interpreter)"
+        )
+    if triton and INTERPRET and q.dtype == torch.bfloat16:
+        # The interpreter's tl.dot multiplies the raw bit patterns of bfloat16 operands: the answer
+        # comes back wrong (off by ~1e9) without any error. Refuse rather than return it.
+        raise TypeError(
+            "q is bfloat16, which Triton's interpreter computes wrongly in tl.dot (triton-lang/triton#11584, "
+            "not supported upstream); on the CPU use float32 or float16, or run on a CUDA GPU"
         )
     d = q.shape[-1]
     for name, t in (("k", k), ("v", v)):

@@ -14,7 +14,6 @@ import triton
 import triton.language as tl
 
 from common.backward import flash_backward
-from common.runtime import INTERPRET
 from common.validate import check_inputs
 
 BLOCK_M = 16  # query rows per program
@@ -115,7 +114,7 @@ def flash_forward(Q, K, V, is_causal):
 class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
-        check_inputs(Q, K, V, is_causal, needs_cuda=not INTERPRET)
+        check_inputs(Q, K, V, is_causal, triton=True)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal
