@@ -1,4 +1,4 @@
-"""Seeded inputs, the shape matrix, and the tolerance rule every check uses.
+"""Seeded inputs and the shape matrix every check uses.
 
 Inputs are fresh standard-normal data from a seeded generator, never zeros: zeros hide
 unwritten outputs and wrong indexing. The shapes are chosen to break the kernels' weak spots:
@@ -81,52 +81,3 @@ def make_inputs(shape, dtype, device, seed=0, scale=1.0):
     v = randn(shape.kv_shape)
     do = randn(shape.q_shape)
     return q, k, v, do
-
-
-# ---------------------------------------------------------------------------------------------
-# Tolerances. The rule is FlashAttention's own test criterion:
-#
-#     max|ours - ref64|  <=  FACTOR * max|torch_same_dtype - ref64|  +  FLOOR_EPS[dtype] * eps * max(max|ref64|, 1)
-#
-# ref64 is the materialised attention in float64 (common/reference.py). torch_same_dtype is the
-# same materialised attention computed by PyTorch in the input dtype: it measures how much error
-# that dtype forces on *any* implementation for these very inputs, so the bound tightens and
-# loosens with the data instead of being one magic number. L is the exception: every implementation
-# keeps it in float32, so its baseline is the float32 logsumexp of the dtype-rounded inputs.
-# float32 means IEEE float32 products here: the Triton parts ask tl.dot for them (its default on a
-# GPU would be TF32, see part 1).
-FACTOR = 2.0  # FlashAttention's tests allow twice PyTorch's error: different summation order
-# and different (usually fewer) roundings, never a different algorithm.
-
-# The floor covers the cases where the baseline is exact by luck. With a single visible key,
-# softmax is the constant 1, PyTorch's own backward returns dQ = dK = 0 exactly, while the
-# FlashAttention backward computes dP - D with D = rowsum(dO * O): two equal sums rounded
-# differently, so a few eps of noise. The floor is in units of machine epsilon of the dtype,
-# times a scale: the largest reference value, and for the gradients the largest of dQ, dK and
-# dV (they come out of one chain of sums, so a gradient that is exactly zero is measured on the
-# scale of its siblings), and never less than 1, the size of a unit-normal input:
-FLOOR_EPS = {
-    # float32: 32 eps ~ 4e-6. The cancellation above sums D = 16..128 products, each rounded; a
-    # few thousand terms summed in a different order also lose a few ulps. Also the floor for L
-    # in every dtype: L is float32 everywhere, m_i + log(l_i) with exp/log in float32 (the GPU's
-    # fast approximations are good to a couple of ulps).
-    torch.float32: 32.0,
-    # float16 / bfloat16: the result is rounded to the dtype once at the end (half an ulp) and P is
-    # rounded to the dtype before P @ V (another half ulp per term, averaging out): 2 eps.
-    torch.float16: 2.0,
-    torch.bfloat16: 2.0,
-}
-
-
-# Gradients get one more floor term. The backward recomputes S and takes P = exp(S - L), with L
-# from the forward: an absolute error in S is a relative error in P. S is a float32 sum of D
-# products in every dtype, known to a few float32 eps times |S|, and the forward (a Triton kernel)
-# and the backward (PyTorch) sum in different orders, so their S differ by that much, which the
-# self-consistent autograd baseline never sees. The term grows with the largest |S| of the inputs
-# and matters only in float32 with large scores (|S| ~ 100: ~4e-4 relative).
-def allowed_error(dtype, baseline_err, ref_scale, score_max=0.0):
-    floor = (
-        FLOOR_EPS[dtype] * torch.finfo(dtype).eps
-        + FLOOR_EPS[torch.float32] * torch.finfo(torch.float32).eps * score_max
-    )
-    return FACTOR * baseline_err + floor * max(ref_scale, 1.0)

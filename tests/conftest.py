@@ -1,5 +1,5 @@
 """One suite for every part. `pytest --part 1` (or `make test PART=1`) tests part 1 only;
-without --part every part that exists is tested."""
+without --part every part that has a kernel is tested."""
 
 import pytest
 
@@ -16,26 +16,40 @@ def pytest_addoption(parser):
     )
 
 
-def _selected(config):
-    chosen = config.getoption("--part")
-    if chosen is None:
-        return parts.available()
-    missing = [n for n in chosen if n not in parts.available()]
-    if missing:
-        raise pytest.UsageError(f"part(s) {missing} do not exist yet; available: {parts.available()}")
-    return chosen
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "only_parts(*numbers): run this test only for these parts")
+    config.addinivalue_line("markers", "triton_parts: run this test only for parts whose forward is a Triton kernel")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (full-size shapes, bf16 in Triton parts)")
+    chosen = config.getoption("--part")
+    if chosen:
+        try:
+            parts.require(chosen)
+        except ValueError as e:  # one line and a non-zero exit, not a traceback per test module
+            raise pytest.UsageError(str(e)) from None
+
+
+def _selected(metafunc):
+    selected = metafunc.config.getoption("--part") or parts.available()
+    only = metafunc.definition.get_closest_marker("only_parts")
+    if only is not None:
+        selected = [n for n in selected if n in only.args]
+    if metafunc.definition.get_closest_marker("triton_parts") is not None:
+        selected = [n for n in selected if parts.uses_triton(n)]
+    return selected
 
 
 def pytest_generate_tests(metafunc):
     if "part" not in metafunc.fixturenames:
         return
-    selected = _selected(metafunc.config)
-    marker = metafunc.definition.get_closest_marker("only_parts")
-    if marker is not None:
-        selected = [n for n in selected if n in marker.args]
-    metafunc.parametrize("part", selected, ids=[f"part{n}" for n in selected])
+    selected = _selected(metafunc)
+    if selected:
+        metafunc.parametrize("part", selected, ids=[f"part{n}" for n in selected])
+    else:  # a test for parts that were not selected: dropped below, instead of an "empty parameter set" skip
+        metafunc.parametrize("part", [pytest.param(None, marks=pytest.mark.not_selected)], ids=["none"])
+
+
+def pytest_collection_modifyitems(config, items):
+    dropped = [item for item in items if item.get_closest_marker("not_selected")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not item.get_closest_marker("not_selected")]

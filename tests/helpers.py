@@ -16,8 +16,9 @@ needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (full-size 
 
 
 def skip_unsupported(part, dtype):
-    """bf16 through tl.dot is wrong in Triton's interpreter: it multiplies the raw bit patterns
-    (triton-lang/triton#11584, not supported upstream). Part 0 is plain PyTorch and runs bf16 anywhere."""
+    """bf16 through tl.dot is wrong in Triton's interpreter (triton-lang/triton#11584, not supported
+    upstream), so the Triton parts refuse it there (tests/test_bad_inputs.py checks the refusal).
+    Part 0 is plain PyTorch and runs bf16 anywhere."""
     if dtype == torch.bfloat16 and INTERPRET and parts.uses_triton(part):
         pytest.skip("bf16 tl.dot is not supported by the Triton interpreter (triton-lang/triton#11584); runs on GPU")
 

@@ -12,7 +12,7 @@ import torch
 from common import parts
 from common.check import check_part
 from common.inputs import Shape, make_inputs
-from tests.helpers import DEVICE, mutant
+from tests.helpers import DEVICE, INTERPRET, mutant
 
 FRIENDLY = Shape((2,), 256, 256, 64)  # lengths a multiple of every tile size (up to 256): no padding anywhere
 RAGGED = Shape((2, 3), 100, 100, 32)  # 100 = 6*16 + 4 keys: the last key tile is mostly padding
@@ -65,8 +65,12 @@ def test_neighbour_sequence_keys_are_caught(part, tmp_path):
 def test_p_cast_that_does_nothing_is_caught(part, tmp_path):
     """Bug 1 of the seed: `p.to(v.dtype)` without assigning it is a no-op, so the second tl.dot
     gets a float32 P and a 16-bit V. Triton refuses mixed-dtype dots: the float16 test fails
-    (float32 inputs cannot see it: the cast is float32 -> float32)."""
+    (float32 inputs cannot see it: the cast is float32 -> float32). Compiled, the refusal is a
+    compile error; in the interpreter, the same assertion raised while the kernel runs."""
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import InterpreterError
+
     broken = mutant(part, tmp_path, "no_p_cast", [(P_CAST, "p.to(v.dtype)")])
     assert _check(broken, FRIENDLY, dtype=torch.float32).ok
-    with pytest.raises(Exception, match="(?i)dtype"):
+    with pytest.raises(InterpreterError if INTERPRET else CompilationError, match="Both operands must be same dtype"):
         _check(broken, FRIENDLY, dtype=torch.float16)

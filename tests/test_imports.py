@@ -1,0 +1,47 @@
+"""Every part works the way a reader first uses it: imported directly, in a fresh Python process,
+on this machine's device (on a CPU, Triton's interpreter must switch itself on)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from common import ROOT, parts
+from common.runtime import HAS_GPU
+
+DIRECT_USE = """
+import torch
+from {folder}.flash_attention import FlashAttention, flash_attention, flash_forward
+from common.reference import attention_reference
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+q, k, v = (torch.randn(2, 3, n, 32, device=device) for n in (40, 56, 56))
+o = FlashAttention.apply(q, k, v, True)
+ref, _ = attention_reference(q, k, v, is_causal=True)
+err = (o.double() - ref).abs().max().item()
+assert err < 1e-4, err
+assert torch.equal(flash_attention(q, k, v, True), o)
+print("ok", err)
+"""
+
+
+def _fresh_python(code):
+    """A new interpreter at the repository root, with a reader's environment: TRITON_INTERPRET is
+    not inherited from this test process (common.runtime set it here when there is no GPU)."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_direct_import(part):
+    result = _fresh_python(DIRECT_USE.format(folder=parts.folder(part).name))
+    assert result.returncode == 0 and result.stdout.startswith("ok"), result.stderr[-3000:]
+
+
+@pytest.mark.triton_parts
+@pytest.mark.skipif(HAS_GPU, reason="only without a GPU must the interpreter be switched on before triton loads")
+def test_triton_imported_first_is_a_clear_error(part):
+    code = f"import triton\nimport {parts.folder(part).name}.flash_attention"
+    result = _fresh_python(code)
+    assert result.returncode != 0
+    assert "ImportError: triton was imported before this project could switch on Triton's interpreter" in result.stderr
