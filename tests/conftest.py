@@ -18,6 +18,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "only_parts(*numbers): run this test only for these parts")
+    config.addinivalue_line("markers", "since_part(n): run this test only for part n and the parts after it")
     config.addinivalue_line("markers", "triton_parts: run this test only for parts whose forward is a Triton kernel")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (full-size shapes, bf16 in Triton parts)")
     chosen = config.getoption("--part")
@@ -33,6 +34,9 @@ def _selected(metafunc):
     only = metafunc.definition.get_closest_marker("only_parts")
     if only is not None:
         selected = [n for n in selected if n in only.args]
+    since = metafunc.definition.get_closest_marker("since_part")
+    if since is not None:
+        selected = [n for n in selected if n >= since.args[0]]
     if metafunc.definition.get_closest_marker("triton_parts") is not None:
         selected = [n for n in selected if parts.uses_triton(n)]
     return selected

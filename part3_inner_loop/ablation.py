@@ -1,0 +1,142 @@
+"""Part 3's ablation: part 2's kernel, then part 3's changes added one at a time, all timed in one run.
+
+    python -m part3_inner_loop.ablation            # GPU: results/<gpu>/part3_ablation.csv
+    python -m part3_inner_loop.ablation --show 3   # print step 3's kernel source (any machine)
+    python -m part3_inner_loop.ablation --refresh  # after editing part 3's kernel: rewrite the last patch
+
+Each step is a kernel file: part 2's flash_attention.py with the patches in steps/ applied in order,
+one change per patch (read them: each is that change and nothing else). Applying all of them gives
+part 3's flash_attention.py exactly; tests/test_part3_steps.py checks it, so the steps cannot drift
+from the kernel a reader sees. Every step is checked against the float64 reference on the inputs
+it is timed on, then timed like the benchmark (do_bench median, and CUDA-graph replay).
+"""
+
+import argparse
+import difflib
+import functools
+import importlib.util
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
+
+STEPS_DIR = Path(__file__).resolve().parent / "steps"
+LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
+B, H = 4, 8
+HEAD_DIMS = (64, 128)
+SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+FIELDS = ["step", "label", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "graph_ms", "graph_tflops", "config",
+          "check", *results.PROVENANCE]  # fmt: skip
+HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
+
+
+def apply_patch(text, patch):
+    """Apply a unified diff (as difflib writes it) to text; every context and removed line must match."""
+    old, new, at = text.splitlines(keepends=True), [], 0
+    lines = patch.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        m = HUNK.match(line)
+        if not m:
+            continue
+        start = int(m.group(1)) - (m.group(2) != "0")  # 0-based first line of the hunk in the old text
+        new += old[at:start]
+        at = start
+        for body in lines[i + 1 :]:
+            if body.startswith(("@@", "--- ", "+++ ")):
+                break
+            if body[0] in " -":
+                if old[at] != body[1:]:
+                    raise ValueError(f"patch does not apply at line {at + 1}: {old[at]!r} != {body[1:]!r}")
+                at += 1
+            if body[0] in " +":
+                new.append(body[1:])
+    return "".join(new + old[at:])
+
+
+def step_sources():
+    """[part 2's kernel source, + step 1, ..., + every step (part 3's kernel)]"""
+    sources = [parts.path(2).read_text()]
+    for patch in sorted(STEPS_DIR.glob("*.diff")):
+        sources.append(apply_patch(sources[-1], patch.read_text()))
+    return sources
+
+
+def refresh_last_step():
+    """Rewrite the last patch so that the steps end at part 3's kernel as it is now."""
+    last = sorted(STEPS_DIR.glob("*.diff"))[-1]
+    before = step_sources()[-2].splitlines(keepends=True)
+    after = parts.path(3).read_text().splitlines(keepends=True)
+    n = len(LABELS) - 1
+    diff = difflib.unified_diff(before, after, fromfile=f"step {n - 1}", tofile=f"step {n}: {last.stem}", n=2)
+    last.write_text("".join(diff))
+    return last
+
+
+def load_step(i, source):
+    """Import one step's source as a module of its own (it registers its own torch.library ops)."""
+    path = Path(tempfile.mkdtemp()) / f"part3_step{i}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"part3_step{i}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(seq_lens):
+    modules = [load_step(i, s) for i, s in enumerate(step_sources())]
+    meta = results.provenance()
+    rows = []
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for n in seq_lens:
+                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
+                flops = bench.attention_flops(B, H, n, n, d, causal)
+                for i, module in enumerate(modules):
+                    row = dict(step=i, label=LABELS[i], B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+                    with torch.no_grad():
+                        o, lse = module.flash_forward(q, k, v, causal)
+                        report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
+                        row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
+                        if report.ok:
+                            fn = functools.partial(module.flash_forward, q, k, v, causal)
+                            ms, gms = bench.time_ms(fn), bench.graph_time_ms(fn)
+                            row.update(ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}", graph_ms=f"{gms:.4f}",
+                                       graph_tflops=f"{flops / gms * 1e-9:.1f}", config=bench.chosen_config(module))  # fmt: skip
+                    rows.append(row)
+                    print(f"step {i} {LABELS[i]:<26} D={d} causal={causal:d} N={n:>5}  {row.get('tflops', '-'):>7} "
+                          f"TFLOP/s (graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:40]}",
+                          flush=True)  # fmt: skip
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--show", type=int, help="print the kernel source after this many steps (0: part 2)")
+    ap.add_argument("--quick", action="store_true", help="N = 4096 only")
+    ap.add_argument("--refresh", action="store_true", help="rewrite the last patch to end at part 3's kernel")
+    args = ap.parse_args(argv)
+    if args.refresh:
+        print(f"rewrote {refresh_last_step()}")
+        return 0
+    if args.show is not None:
+        print(step_sources()[args.show], end="")
+        return 0
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print("The ablation times compiled kernels and needs a CUDA GPU; `--show N` prints any step's kernel.")
+        return 0
+    rows = run((4096,) if args.quick else SEQ_LENS)
+    path = results.write_csv(results.results_dir() / "part3_ablation.csv", rows, FIELDS)
+    print(f"wrote {path}")
+    failed = [r for r in rows if not r["check"].startswith("ok")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""What casting P costs: the kernel rounds P_ij to the input dtype before P_ij V_j (tensor cores
+multiply 16-bit operands). Kept in float32 instead, V must be widened and the product runs as TF32
+(P keeps 10 mantissa bits, as in float16) or as IEEE float32 (no rounding, no tensor cores).
+
+    python -m part3_inner_loop.p_cast      # GPU: results/<gpu>/part3_p_cast.csv
+
+The three variants are part 3's kernel with one or two lines changed (VARIANTS below). Accuracy:
+max |O - O_ref| against the float64 reference, bf16 and fp16 inputs, several N and score sizes
+(q and k scaled so the scores S have standard deviation 1 or 4), beside PyTorch's own attention in
+the input dtype (the baseline of the tests' tolerance rule). Speed: each variant timed at N = 4096.
+"""
+
+import argparse
+import functools
+import importlib.util
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
+from common.reference import attention_reference
+
+CAST = "        p = p.to(v.dtype)  # .to() returns a new tensor: assign it, or tl.dot sees float32 P\n"
+PV_DOT = "acc = tl.dot(p, v, acc, input_precision=DOT_PRECISION)"
+VARIANTS = {
+    "P cast to the input dtype (part 3)": [],
+    "P float32, TF32 product": [(CAST, "        v = v.to(tl.float32)  # P stays float32; V is widened to match\n")],
+    "P float32, IEEE product": [
+        (CAST, "        v = v.to(tl.float32)  # P stays float32; V is widened to match\n"),
+        (PV_DOT, 'acc = tl.dot(p, v, acc, input_precision="ieee")'),
+    ],
+}
+SEQ_LENS = (512, 2048, 8192)
+SCORE_STDS = (1.0, 4.0)
+FIELDS = ["variant", "what", "dtype", "B", "H", "N", "D", "score_std", "err", "ms", "tflops", *results.PROVENANCE]
+
+
+def variant(name):
+    """Part 3's kernel with the variant's lines replaced, imported as a module of its own."""
+    source = parts.path(3).read_text()
+    for old, new in VARIANTS[name]:
+        assert source.count(old) == 1, f"expected one {old!r} in part 3's kernel"
+        source = source.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / f"part3_pcast_{len(VARIANTS[name])}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def accuracy_rows(modules, meta):
+    rows = []
+    d, b, h = 64, 1, 4
+    for dtype, dname in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        for std in SCORE_STDS:
+            for n in SEQ_LENS:
+                # q, k ~ N(0, s^2) with s^2 = std: S = q.k / sqrt(D) has standard deviation std.
+                q, k, v, _ = make_inputs(Shape((b, h), n, n, d), dtype, runtime.DEVICE, seed=n, scale=std**0.5)
+                ref, _ = attention_reference(q, k, v)
+                torch_same_dtype, _ = attention_reference(q, k, v, dtype=dtype)
+                outs = {"PyTorch attention in the input dtype": torch_same_dtype}
+                with torch.no_grad():
+                    outs.update({name: m.flash_forward(q, k, v, False)[0] for name, m in modules.items()})
+                for name, o in outs.items():
+                    err = (o.double() - ref).abs().max().item()
+                    rows.append(dict(variant=name, what="accuracy", dtype=dname, B=b, H=h, N=n, D=d, score_std=std,
+                                     err=f"{err:.3e}", **meta))  # fmt: skip
+                    print(f"{dname} std={std:<4} N={n:>5} {name:<40} max|O - ref| = {err:.2e}", flush=True)
+    return rows
+
+
+def speed_rows(modules, meta):
+    rows = []
+    b, h, n = 4, 8, 4096
+    for d in (64, 128):
+        q, k, v, _ = make_inputs(Shape((b, h), n, n, d), torch.bfloat16, runtime.DEVICE, seed=d)
+        flops = bench.attention_flops(b, h, n, n, d, False)
+        for name, m in modules.items():
+            with torch.no_grad():
+                ms = bench.time_ms(functools.partial(m.flash_forward, q, k, v, False))
+            rows.append(dict(variant=name, what="speed", dtype="bf16", B=b, H=h, N=n, D=d, ms=f"{ms:.4f}",
+                             tflops=f"{flops / ms * 1e-9:.1f}", **meta))  # fmt: skip
+            print(f"speed D={d} {name:<40} {flops / ms * 1e-9:7.1f} TFLOP/s", flush=True)
+    return rows
+
+
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print(
+            "This study times compiled kernels and runs bf16, which Triton's interpreter cannot: it needs a CUDA GPU."
+        )
+        return 0
+    modules = {name: variant(name) for name in VARIANTS}
+    meta = results.provenance()
+    rows = accuracy_rows(modules, meta) + speed_rows(modules, meta)
+    path = results.write_csv(results.results_dir() / "part3_p_cast.csv", rows, FIELDS)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
