@@ -19,18 +19,32 @@ endif
 help:
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
-	@echo "make report             plots and README tables from results/<gpu>/*.csv"
+	@echo "make report [GPU=h200]  plots and README tables from the CSVs in results/<gpu>/ (default h200)"
 	@echo "make diff PART=N        what part N changes in part N-1's kernel"
-	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook"
+	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"
 	@echo "make sweep              part 2's tile/warp/stage sweep (GPU)"
 	@echo "make autotune           part 2's autotune cost, cold and warm (GPU)"
-	@echo "make results            every GPU measurement behind the READMEs, then the report"
+	@echo "make results [GPU=...]  every GPU measurement behind the READMEs, then the report from results/<GPU>/"
 	@echo "make lint | clean"
+
+# On Linux without an NVIDIA GPU (no nvidia-smi), and only if the venv has no torch yet (CI pins one
+# first), torch comes from PyTorch's CPU index: the default index gives Linux the CUDA build, a
+# venv of 5.7 GB instead of 2.2 GB (du -sh .venv; README). --isolated: that index alone, not the
+# extra indexes of a pip configuration; --retries 0 and --timeout: an unreachable index fails in
+# seconds, and the default index takes over. With a GPU nothing changes. The .pth file puts the
+# repository on the venv's path (as an editable install would): `common` imports from any folder.
+TORCH_CPU_INDEX = https://download.pytorch.org/whl/cpu
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
+	@if [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1 && ! $(VENV)/bin/python -c "import torch" 2>/dev/null; then \
+	  echo "No NVIDIA GPU (no nvidia-smi): installing torch's CPU build from $(TORCH_CPU_INDEX) (about 0.2 GB to download; .venv ends near 2.2 GB instead of 5.7 GB)"; \
+	  $(VENV)/bin/python -m pip --isolated install --timeout 15 --retries 0 --index-url $(TORCH_CPU_INDEX) torch || \
+	  echo "Could not install torch from $(TORCH_CPU_INDEX): taking it from the default index instead, which on Linux is the CUDA build (.venv near 5.7 GB). To avoid that, stop here (Ctrl-C), install a CPU build of torch into $(VENV), and run make again."; \
+	fi
 	$(VENV)/bin/python -m pip install -r requirements.txt
+	$(VENV)/bin/python -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], 'flash_attention_tutorial.pth').write_text('$(CURDIR)\n')"
 	touch $@
 
 test: $(ENV)
@@ -40,13 +54,15 @@ bench: $(ENV)
 	$(PYTHON) -m common.bench $(PART_ARG)
 
 report: $(ENV)
-	$(PYTHON) -m common.report
+	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 diff:
 	@python3 -m common.diff $(PART_ARG)
 
+# A notebook with the standard "python3" kernel; RUN=1 executes it, from the repository root (so
+# `common` imports), writes the outputs into it and fails at the first cell that raises.
 notebook: notebook-part $(ENV)
-	$(PYTHON) -m jupytext --to ipynb $(FOLDER)/walkthrough.py
+	$(PYTHON) -m jupytext --to ipynb --set-kernel python3 $(if $(RUN),--execute --run-path "$(CURDIR)",) $(FOLDER)/walkthrough.py
 
 notebook-part:
 	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
@@ -66,7 +82,7 @@ results: $(ENV)
 	$(PYTHON) -m part2_tile_tuning.sweep
 	$(PYTHON) -m common.bench
 	$(PYTHON) -m part2_tile_tuning.autotune_cost
-	$(PYTHON) -m common.report
+	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache

@@ -1,69 +1,54 @@
 """The benchmark: parts against every SDPA backend, checked before timed.
 
-    python -m common.bench                # every part that exists, the full grid, on a GPU
-    python -m common.bench --part 1       # one part (SDPA baselines are always timed alongside)
-    python -m common.bench --quick        # N = 1024 and 4096 only
+    python -m common.bench                      # every part with a kernel, the full grid, on a GPU
+    python -m common.bench --part 1             # one part (SDPA baselines are always timed alongside)
+    python -m common.bench --quick              # N = 1024 and 4096 only
+    python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
-Every implementation is first checked against the float64 reference on two (batch, head)
-slices of the very inputs it is timed on; one that fails is not timed. Timing is
-triton.testing.do_bench, median (the protocol), and also CUDA-graph replay (GPU time without the
-Python launch cost). FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
+Modes: fwd (the default) times the forward; fwd+bwd times the forward followed by the gradients of
+Q, K and V; bwd times the backward alone, re-run on one retained graph. Every implementation is
+first checked against the float64 reference on two (batch, head) slices of the very inputs it is
+timed on (O and L for fwd; O, dQ, dK, dV for the backward modes); one that fails is not timed.
+Timing is triton.testing.do_bench, median (the protocol), and also CUDA-graph replay (GPU time
+without the Python launch cost). FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
 Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key).
 
-Without a GPU: checks each part under the interpreter on a small shape and says that timings
-need a GPU.
+Without a GPU: checks each part's forward and gradients under the interpreter on a small shape
+and says that timings need a GPU.
 """
 
 import argparse
 import contextlib
-import csv
-import datetime
-import os
-import subprocess
+import functools
+import re
 import sys
 import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from common import parts, runtime
-from common.check import Report, check_outputs, check_part, saved_lse
+from common import parts, results, runtime
+from common.check import Report, check_outputs
 from common.inputs import Shape, make_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SEQ_LENS = (1024, 4096)
 DTYPE = torch.bfloat16
-PART0_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time per call grows as N^2 (seconds past 4096)
+MODES = ("fwd", "fwd+bwd", "bwd")
+PYTORCH_PART_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time per call grows as N^2
+# The PyTorch backward of parts 0-3 launches about a dozen small kernels per pair of 64-row tiles:
+# some 50,000 launches (half a second) per call at N = 4096, four times that at 8192.
+PYTORCH_BACKWARD_MAX_N = 4096
 MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of bf16 at N = 16384
-SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math", "default")
+SDPA_BACKENDS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient",
+                 "math": "SDPA math", "default": "SDPA default"}  # fmt: skip
 
-FIELDS = [
-    "impl",
-    "part",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
-    "mode",
-    "ms",
-    "tflops",
-    "graph_ms",
-    "graph_tflops",
-    "backend",
-    "check",
-    "gpu",
-    "torch",
-    "triton",
-    "commit",
-    "date",
-    "run_id",
-]
+FIELDS = ["impl", "part", "B", "H", "N", "D", "dtype", "causal", "mode", "ms", "tflops", "graph_ms", "graph_tflops",
+          "backend", "check", "gpu", "torch", "triton", "commit", "date", "run_id", "command"]  # fmt: skip
 KEY = ("impl", "B", "H", "N", "D", "dtype", "causal", "mode")
 
 
@@ -75,55 +60,89 @@ def attention_flops(b, h, n_q, n_k, d, causal, mode="fwd"):
     return {"fwd": flops, "bwd": flops * 2.5, "fwd+bwd": flops * 3.5}[mode]
 
 
-def results_dir():
-    return Path(os.environ.get("RESULTS_DIR", ROOT / "results" / runtime.gpu_slug()))
+# ------------------------------------------------------------------------------------ implementations
+@dataclass
+class Impl:
+    """One implementation the benchmark checks and times."""
+
+    name: str  # the CSV's impl column: "part1", "sdpa_flash"
+    forward: Callable  # (q, k, v, causal) -> {"O": O} or {"O": O, "L": L}: what the forward check compares
+    attention: Callable  # (q, k, v, causal) -> O, differentiable: what is timed, and the backward's source
+    part: int | None = None  # the part number; None for SDPA
+    context: Callable = contextlib.nullcontext  # entered once around the check and all timed calls
+    max_n: int | None = None  # the longest N it is run at
+    graph: bool = True  # also time its replay from a CUDA graph
+    backward_max_n: int | None = None  # the longest N of the fwd+bwd and bwd modes, if shorter
+    backward_graph: bool = True  # whether the backward modes are timed from a CUDA graph too
+
+    def runs(self, mode, n):
+        """Whether this implementation is timed in this mode at this N."""
+        longest = [m for m in (self.max_n, None if mode == "fwd" else self.backward_max_n) if m is not None]
+        return all(n <= m for m in longest)
+
+    backend: Callable | None = None  # (q, k, v, causal) -> what really ran, for the CSV's backend column
 
 
-def commit():
-    if os.environ.get("GIT_COMMIT"):
-        return os.environ["GIT_COMMIT"]
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+def impl_label(name):
+    """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)"."""
+    return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
 
 
-# ------------------------------------------------------------------------------------ SDPA
-def _sdpa_backend(name):
-    from torch.nn.attention import SDPBackend
+def part_impl(n):
+    """Part n, checked through flash_forward(Q, K, V, is_causal) -> (O, L), timed through FlashAttention.apply.
+    A part written in PyTorch alone (part 0: thousands of small ops per call) runs only up to
+    PYTORCH_PART_MAX_N and without a CUDA graph; so does, in the backward modes, a part whose backward
+    is the tiled PyTorch one of common/backward.py, up to PYTORCH_BACKWARD_MAX_N."""
+    module = parts.load(n)
+    triton_part = parts.uses_triton(n)
+    pytorch_backward = module.flash_backward.__module__ != module.__name__  # borrowed from common/
 
-    return {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "cudnn": SDPBackend.CUDNN_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }[name]
+    def forward(q, k, v, causal):
+        o, lse = module.flash_forward(q, k, v, causal)
+        return {"O": o, "L": lse}
+
+    return Impl(name=f"part{n}", forward=forward, attention=module.FlashAttention.apply, part=n,
+                max_n=None if triton_part else PYTORCH_PART_MAX_N, graph=triton_part,
+                backward_max_n=PYTORCH_BACKWARD_MAX_N if pytorch_backward else None,
+                backward_graph=triton_part and not pytorch_backward, backend=lambda *_: chosen_config(module))  # fmt: skip
+
+
+def sdpa(q, k, v, causal):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def sdpa_impl(backend):
+    """SDPA pinned to one backend ("default": PyTorch chooses, and the CSV records what it chose)."""
+    chosen = (lambda q, k, v, c: dispatched_backend(lambda: sdpa(q, k, v, c))) if backend == "default" else None
+    return Impl(name=f"sdpa_{backend}", forward=lambda q, k, v, c: {"O": sdpa(q, k, v, c)}, attention=sdpa,
+                context=functools.partial(sdpa_context, backend), max_n=MATH_MAX_N if backend == "math" else None,
+                backend=chosen)  # fmt: skip
 
 
 def sdpa_fn(name, q, k, v, causal):
     """A closure running SDPA; pin the backend with sdpa_context(name) around the calls."""
-    import torch.nn.functional as F
-
-    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return lambda: sdpa(q, k, v, causal)
 
 
 def sdpa_context(name):
     """Pins SDPA to one backend ('default' lets PyTorch choose). Entered once around the check and
     all timed calls: entering it per call would add its Python cost to every timing."""
-    from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return contextlib.nullcontext() if name == "default" else sdpa_kernel([_sdpa_backend(name)])
-
-
-def part_fn(module, q, k, v, causal):
-    """A closure running a part's forward."""
-    return lambda: module.FlashAttention.apply(q, k, v, causal)
+    pinned = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}  # fmt: skip
+    return contextlib.nullcontext() if name == "default" else sdpa_kernel([pinned[name]])
 
 
 def chosen_config(module):
-    """The configuration an autotuned part picked for its last call, e.g. '128x64 w4 s3' ('' if not autotuned)."""
-    config = getattr(getattr(module, "_attn_fwd", None), "best_config", None)
+    """The configuration an autotuned part picked for its last forward, e.g. '128x64 w4 s3' ('' if
+    not autotuned). The forward kernel is _attn_fwd in every part."""
+    kernel = getattr(module, "_attn_fwd", None)
+    if kernel is None:  # part 0 has no kernel, and may run where Triton is not installed
+        return ""
+    from common import triton_tools
+
+    config = triton_tools.chosen(kernel)
     if config is None:
         return ""
     return f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} w{config.num_warps} s{config.num_stages}"
@@ -143,33 +162,34 @@ def dispatched_backend(fn):
 
 
 # ------------------------------------------------------------------------------------ checks
-def _check_forward(o, lse, q, k, v, causal):
-    """Compare O (and L, if given) with the float64 reference on the first and the last
-    (batch, head) slice: a full-size float64 reference for all B*H heads would not fit."""
-    b_last, h_last = q.shape[0] - 1, q.shape[1] - 1
+def check_slices(out, q, k, v, causal, do=None):
+    """Compare outputs (O, L, dQ, dK, dV, as check_outputs takes them) with the float64 reference on
+    the first and the last (batch, head) slice: a float64 reference for all B*H heads would not fit
+    at full size. Heads are independent, so a slice of the outputs is the output of the slice."""
     report = Report()
-    for b, h in ((0, 0), (b_last, h_last)):
+    for b, h in ((0, 0), (q.shape[0] - 1, q.shape[1] - 1)):
 
         def one(t, b=b, h=h):
-            return t[b : b + 1, h : h + 1]
+            return None if t is None else t[b : b + 1, h : h + 1]
 
-        out = {"O": one(o)} if lse is None else {"O": one(o), "L": one(lse)}
-        report.extend(check_outputs(out, one(q), one(k), one(v), None, causal))
+        report.extend(check_outputs({name: one(t) for name, t in out.items()}, one(q), one(k), one(v), one(do), causal))
     worst = Report()  # per tensor, the worse of the two slices
     for name in dict.fromkeys(c.name for c in report):
         worst.append(max((c for c in report if c.name == name), key=lambda c: (not c.ok, c.err / c.allowed)))
     return worst
 
 
-def check_impl(impl, fn, q, k, v, causal):
-    """Check an implementation's forward. Parts are also checked on L (found among saved tensors)."""
-    if impl.startswith("part"):
-        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        with torch.enable_grad():
-            o = parts.load(int(impl[4:])).FlashAttention.apply(*leaves, causal)
-        return _check_forward(o.detach(), saved_lse(o, leaves[0]).detach(), q, k, v, causal)
-    with torch.no_grad():
-        return _check_forward(fn(), None, q, k, v, causal)
+def check(impl, mode, q, k, v, do, causal):
+    """Check impl on these inputs: for fwd its forward's O and L; for the backward modes O and the
+    gradients dQ, dK, dV that autograd gets through it for the upstream gradient do."""
+    if mode == "fwd":
+        with torch.no_grad():
+            return check_slices(impl.forward(q, k, v, causal), q, k, v, causal)
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    with torch.enable_grad():
+        o = impl.attention(*leaves, causal)
+        dq, dk, dv = torch.autograd.grad(o, leaves, do)
+    return check_slices({"O": o.detach(), "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
 
 
 # ------------------------------------------------------------------------------------ timing
@@ -188,11 +208,25 @@ def graph_time_ms(fn):
     return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
 
 
-def measure(row, fn, q, k, v, causal, timer, graph_timer=None):
-    """Check one implementation on these inputs; time it only if the check passed. Fills row."""
+def timed_call(impl, mode, q, k, v, do, causal):
+    """The call to time in each mode. fwd: the forward alone (inputs that need no gradient: no graph
+    is built). fwd+bwd: the forward, then dQ, dK, dV. bwd: the backward alone. The forward runs once
+    here and each call re-runs the backward on its graph: retain_graph=True keeps the forward's saved
+    tensors, so every call does exactly the backward's work and nothing else."""
+    if mode == "fwd":
+        return lambda: impl.attention(q, k, v, causal)
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    if mode == "fwd+bwd":
+        return lambda: torch.autograd.grad(impl.attention(*leaves, causal), leaves, do)
+    o = impl.attention(*leaves, causal)
+    return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+
+
+def measure(row, impl, mode, q, k, v, do, causal, timer, graph_timer=None):
+    """Check one implementation in one mode on these inputs; time it only if the check passed. Fills row."""
     row.update(ms="", tflops="", graph_ms="", graph_tflops="", backend="")
     try:
-        report = check_impl(row["impl"], fn, q, k, v, causal)
+        report = check(impl, mode, q, k, v, do, causal)
     except Exception as e:  # an SDPA backend may refuse a shape: record why, go on
         row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
         return row
@@ -200,104 +234,66 @@ def measure(row, fn, q, k, v, causal, timer, graph_timer=None):
     if not report.ok:
         return row
     b, h, n_q, d = q.shape
-    flops = attention_flops(b, h, n_q, k.shape[-2], d, causal)
-    with torch.no_grad():
+    flops = attention_flops(b, h, n_q, k.shape[-2], d, causal, mode)
+    fn = timed_call(impl, mode, q, k, v, do, causal)
+    with torch.no_grad() if mode == "fwd" else contextlib.nullcontext():
         ms = timer(fn)
         row.update(ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}")
-        if graph_timer is not None:
+        if graph_timer is not None and (impl.graph if mode == "fwd" else impl.backward_graph):
             try:
                 gms = graph_timer(fn)
                 row.update(graph_ms=f"{gms:.4f}", graph_tflops=f"{flops / gms * 1e-9:.1f}")
             except Exception as e:  # not every implementation can be captured in a graph
                 row["check"] += f"; no graph timing: {type(e).__name__}"
-    if row["impl"] == "sdpa_default":
-        row["backend"] = dispatched_backend(fn)
+    if impl.backend is not None:
+        row["backend"] = impl.backend(q, k, v, causal)
     return row
 
 
-def run_gpu(part_numbers, seq_lens, include_sdpa=True):
-    meta = dict(
-        gpu=runtime.gpu_name(),
-        torch=torch.__version__,
-        triton=runtime.TRITON_VERSION,
-        commit=commit(),
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        run_id=datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d%H%M%S"),
-    )
+def run_gpu(impls, modes, seq_lens):
+    meta = results.provenance()
+    meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it
     print(f"benchmark on {runtime.describe()}, commit {meta['commit']}", flush=True)
     rows = []
     for d in HEAD_DIMS:
         for causal in (False, True):
             for n in seq_lens:
-                shape = Shape((B, H), n, n, d)
-                q, k, v, _ = make_inputs(shape, DTYPE, runtime.DEVICE, seed=n + d + causal)
-                impls = []
-                for p in part_numbers:
-                    if p == 0 and n > PART0_MAX_N:
-                        continue
-                    impls.append((f"part{p}", p, part_fn(parts.load(p), q, k, v, causal), contextlib.nullcontext()))
-                if include_sdpa:
-                    for name in SDPA_BACKENDS:
-                        if name == "math" and n > MATH_MAX_N:
-                            continue
-                        impls.append((f"sdpa_{name}", "", sdpa_fn(name, q, k, v, causal), sdpa_context(name)))
-                for impl, part, fn, context in impls:
-                    row = dict(
-                        impl=impl, part=part, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), mode="fwd", **meta
-                    )
-                    # part 0 is thousands of small PyTorch ops per call: no graph for it
-                    graph = graph_time_ms if impl != "part0" else None
-                    with context:
-                        rows.append(measure(row, fn, q, k, v, causal, time_ms, graph))
-                    if part != "" and rows[-1]["ms"]:
-                        rows[-1]["backend"] = chosen_config(parts.load(part))
-                    r = rows[-1]
-                    print(
-                        f"{impl:>16} D={d} causal={causal:d} N={n:>5}  {r['ms'] or '-':>9} ms {r['tflops'] or '-':>7} "
-                        f"TFLOP/s (graph {r['graph_tflops'] or '-':>7})  {r['check']}",
-                        flush=True,
-                    )
+                q, k, v, do = make_inputs(Shape((B, H), n, n, d), DTYPE, runtime.DEVICE, seed=n + d + causal)
+                for mode in modes:
+                    for impl in (i for i in impls if i.runs(mode, n)):
+                        row = dict(impl=impl.name, part="" if impl.part is None else impl.part, B=B, H=H, N=n, D=d,
+                                   dtype="bf16", causal=int(causal), mode=mode, **meta)  # fmt: skip
+                        with impl.context():
+                            rows.append(measure(row, impl, mode, q, k, v, do, causal, time_ms, graph_time_ms))
+                        print(f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {row['ms'] or '-':>9} ms "
+                              f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
+                              flush=True)  # fmt: skip
                 torch.cuda.empty_cache()
     return rows
 
 
-def write_rows(rows, path):
-    """Merge rows into the CSV: a new row replaces an old one with the same key."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = []
-    if path.exists():
-        with open(path, newline="") as f:
-            old = list(csv.DictReader(f))
-    new_keys = {tuple(str(r[k]) for k in KEY) for r in rows}
-    merged = [r for r in old if tuple(str(r[k]) for k in KEY) not in new_keys] + rows
-
-    def order(r):
-        impl = r["impl"]
-        rank = (0, int(impl[4:])) if impl.startswith("part") else (1, SDPA_BACKENDS.index(impl[5:]))
-        return (r["mode"], int(r["D"]), int(r["causal"]), rank, int(r["N"]))
-
-    merged.sort(key=order)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(merged)
-    return path
+def row_order(r):
+    """bench.csv's order: mode, D, causal, then parts by number and SDPA backends as listed, then N."""
+    part = str(r["part"])
+    impl = (0, int(part)) if part else (1, list(SDPA_BACKENDS).index(r["impl"].removeprefix("sdpa_")))
+    return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl, int(r["N"]))
 
 
 def run_cpu(part_numbers):
-    """No GPU: check each part under the interpreter on a small shape; timings need a GPU."""
+    """No GPU: check each part's forward and gradients under the interpreter on a small shape."""
     print(f"no CUDA GPU found ({runtime.describe()})")
     ok = True
-    for p in part_numbers:
+    shape = Shape((2, 2), 128, 96, 64)
+    for n in part_numbers:
+        impl = part_impl(n)
         for dtype, causal in ((torch.float32, False), (torch.float16, True)):
-            shape = Shape((2, 2), 128, 96, 64)
             q, k, v, do = make_inputs(shape, dtype, runtime.DEVICE, seed=1)
-            start = time.perf_counter()
-            report = check_part(parts.load(p), q, k, v, do, causal)
-            ok &= report.ok
-            print(
-                f"part {p} {str(dtype)[6:]:>7} causal={causal:d} {shape}: {report}  ({time.perf_counter() - start:.1f} s)"
-            )
+            for mode in ("fwd", "fwd+bwd"):
+                start = time.perf_counter()
+                report = check(impl, mode, q, k, v, do, causal)
+                ok &= report.ok
+                print(f"part {n} {str(dtype)[6:]:>7} causal={causal:d} {mode:<7} {shape}: {report}  "
+                      f"({time.perf_counter() - start:.1f} s)")  # fmt: skip
     print(
         "checks " + ("passed" if ok else "FAILED") + ". Timings need a CUDA GPU: on a CPU the Triton parts run in "
         "Triton's interpreter, which is orders of magnitude slower and says nothing about kernel speed."
@@ -308,18 +304,26 @@ def run_cpu(part_numbers):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default: every part")
+    ap.add_argument("--mode", action="append", choices=MODES, help="what to time (repeatable); default: fwd")
     ap.add_argument("--quick", action="store_true", help=f"only N in {QUICK_SEQ_LENS}")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     args = ap.parse_args(argv)
-    part_numbers = args.part or parts.available()
+    try:
+        part_numbers = parts.require(args.part) if args.part else parts.available()
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not runtime.HAS_GPU:
         return 0 if run_cpu(part_numbers) else 1
     if runtime.INTERPRET:
         sys.exit("TRITON_INTERPRET=1 is set: unset it to benchmark compiled kernels on the GPU")
-    rows = run_gpu(part_numbers, QUICK_SEQ_LENS if args.quick else SEQ_LENS, include_sdpa=not args.no_sdpa)
-    path = write_rows(rows, results_dir() / "bench.csv")
+    impls = [part_impl(n) for n in part_numbers]
+    impls += [] if args.no_sdpa else [sdpa_impl(name) for name in SDPA_BACKENDS]
+    modes = [m for m in MODES if m in (args.mode or ["fwd"])]
+    rows = run_gpu(impls, modes, QUICK_SEQ_LENS if args.quick else SEQ_LENS)
+    path = results.write_csv(results.results_dir() / "bench.csv", rows, FIELDS, key=KEY, sort=row_order)
     failed = [r for r in rows if r["check"].startswith("FAIL")]
-    print(f"wrote {len(rows)} rows to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    print(f"wrote {len(rows)} rows to {results.shown(path)}")
     if failed:
         print(f"{len(failed)} implementation/shape pairs FAILED their check and were not timed")
     return 1 if failed else 0

@@ -11,6 +11,7 @@ Run:  make test PART=0   |   python part0_pytorch_reference/walkthrough.py
 import einops
 import torch
 
+from common import library
 from common.backward import flash_backward
 from common.validate import check_inputs
 
@@ -68,5 +69,7 @@ class FlashAttention(torch.autograd.Function):
         return dQ, dK, dV, None
 
 
+@library.custom_op
 def flash_attention(q, k, v, is_causal=False):
-    return FlashAttention.apply(q, k, v, is_causal)
+    """FlashAttention.apply(q, k, v, is_causal) as a torch.library op, which torch.compile can trace:
+    common/library.py builds it from flash_forward and flash_backward above."""

@@ -9,22 +9,19 @@
 # %% [markdown]
 # # Part 0 walkthrough: FlashAttention-2 in PyTorch
 #
-# Runs top to bottom on a CPU in a few seconds: `python part0_pytorch_reference/walkthrough.py`,
-# or `make notebook PART=0` for a notebook. Read it next to `README.md` in this folder.
+# Runs top to bottom on a CPU in a few seconds: `python -m part0_pytorch_reference.walkthrough`
+# from the repository root, or `make notebook PART=0` for a notebook. Read it next to `README.md`
+# in this folder.
 
 # %%
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-# The repository root (the folder holding common/), whether run from the root or from this folder.
-sys.path.insert(0, str(next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "common").is_dir())))
-from common import parts  # noqa: E402
-from common.check import check_part  # noqa: E402
-from common.inputs import Shape, make_inputs  # noqa: E402
-from common.reference import attention_reference  # noqa: E402
+from common import parts
+from common.check import check_part
+from common.inputs import Shape, make_inputs
+from common.reference import attention_reference
 
 part0 = parts.load(0)
 

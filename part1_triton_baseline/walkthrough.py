@@ -9,20 +9,16 @@
 # %% [markdown]
 # # Part 1 walkthrough: the first Triton kernel
 #
-# `python part1_triton_baseline/walkthrough.py` (or `make notebook PART=1`). Without a GPU the
-# kernel runs in Triton's interpreter, on the CPU, in a few seconds; with one it is compiled.
+# `python -m part1_triton_baseline.walkthrough` from the repository root (or `make notebook PART=1`).
+# Without a GPU the kernel runs in Triton's interpreter, on the CPU, in a few seconds; with one it
+# is compiled.
 
 # %%
-import sys
-from pathlib import Path
-
 import torch
 
-# The repository root (the folder holding common/), whether run from the root or from this folder.
-sys.path.insert(0, str(next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "common").is_dir())))
-from common import parts, runtime  # noqa: E402  (runtime picks the interpreter when there is no GPU)
-from common.check import check_part  # noqa: E402
-from common.inputs import Shape, make_inputs  # noqa: E402
+from common import parts, runtime  # runtime picks the interpreter when there is no GPU
+from common.check import check_part
+from common.inputs import Shape, make_inputs
 
 part1 = parts.load(1)
 print(runtime.describe())

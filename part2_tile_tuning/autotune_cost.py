@@ -8,8 +8,6 @@ that survives the pruning, times each one, and only then runs. The second ("warm
 finds those compiled kernels on disk. Writes results/<gpu>/part2_autotune.csv.
 """
 
-import csv
-import datetime
 import json
 import os
 import subprocess
@@ -19,43 +17,46 @@ import time
 
 import torch
 
-from common import bench, parts, runtime
+from common import ROOT, bench, results, runtime, triton_tools
 from common.inputs import Shape, make_inputs
 
-FIELDS = ["scenario", "seconds", "configs", "chosen", "B", "H", "N", "D", "gpu", "torch", "triton", "commit", "date"]
+FIELDS = ["scenario", "seconds", "configs", "chosen", "B", "H", "N", "D", *results.PROVENANCE]
 B, H, D = 4, 8, 64
 
 
 def child(n_first, n_second):
     """Runs inside the fresh process: time first calls and the steady state, print JSON."""
-    fa = parts.load(2)
-    tuner = fa._attn_fwd
-    results = []
+    from part2_tile_tuning import flash_attention as fa
+
+    rows = []
 
     def first_call(n, label):
         q, k, v, _ = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
         torch.cuda.synchronize()
         start = time.perf_counter()
-        fa.flash_attention(q, k, v)
-        torch.cuda.synchronize()
+
+        def call():
+            fa.flash_attention(q, k, v)
+            torch.cuda.synchronize()
+
+        tried = triton_tools.timed_configs(fa._attn_fwd, call)
         seconds = time.perf_counter() - start
-        tried = len(getattr(tuner, "configs_timings", None) or fa.CONFIGS)
-        results.append(dict(scenario=label, seconds=seconds, configs=tried, chosen=bench.chosen_config(fa), N=n))
+        rows.append(dict(scenario=label, seconds=seconds, configs=tried, chosen=bench.chosen_config(fa), N=n))
         return q, k, v
 
     q, k, v = first_call(n_first, f"first call, N={n_first}")
     steady = bench.time_ms(lambda: fa.flash_attention(q, k, v)) / 1e3
-    results.append(dict(scenario=f"steady state, N={n_first} (median)", seconds=steady, configs=0,
-                        chosen=bench.chosen_config(fa), N=n_first))  # fmt: skip
+    rows.append(dict(scenario=f"steady state, N={n_first} (median)", seconds=steady, configs=0,
+                     chosen=bench.chosen_config(fa), N=n_first))  # fmt: skip
     first_call(n_second, f"first call, N={n_second}: new N bucket, kernels already compiled")
-    print("RESULTS " + json.dumps(results))
+    print("RESULTS " + json.dumps(rows))
 
 
 def run_child(cache_dir, label_prefix, n_first, n_second):
     env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, PYTHONUNBUFFERED="1")
     code = f"from part2_tile_tuning.autotune_cost import child; child({n_first}, {n_second})"
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=bench.ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"autotune child failed:\n{out.stdout}\n{out.stderr}")
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULTS "))
@@ -71,18 +72,13 @@ def main():
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("Autotuning times configurations on a GPU; without one there is nothing to measure.")
         return 0
-    meta = dict(B=B, H=H, D=D, gpu=runtime.gpu_name(), torch=torch.__version__, triton=runtime.TRITON_VERSION,
-                commit=bench.commit(), date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
     with tempfile.TemporaryDirectory() as cache:
         rows = run_child(cache, "cold cache", 4096, 8192)
         rows += run_child(cache, "warm disk cache", 4096, 8192)
-    path = bench.results_dir() / "part2_autotune.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows({**meta, **r, "seconds": f"{r['seconds']:.6g}"} for r in rows)
-    print(f"wrote {path}")
+    meta = dict(B=B, H=H, D=D, **results.provenance())
+    path = results.write_csv(results.results_dir() / "part2_autotune.csv",
+                             [{**meta, **r, "seconds": f"{r['seconds']:.6g}"} for r in rows], FIELDS)  # fmt: skip
+    print(f"wrote {results.shown(path)}")
     for r in rows:
         print(f"{r['seconds']:10.4f} s  {r['scenario']}  {r['chosen']}")
     return 0

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from common import library
 from common.backward import flash_backward
 from common.runtime import INTERPRET
 from common.validate import check_inputs
@@ -168,5 +169,7 @@ class FlashAttention(torch.autograd.Function):
         return dQ, dK, dV, None
 
 
+@library.custom_op
 def flash_attention(q, k, v, is_causal=False):
-    return FlashAttention.apply(q, k, v, is_causal)
+    """FlashAttention.apply(q, k, v, is_causal) as a torch.library op, which torch.compile can trace:
+    common/library.py builds it from flash_forward and flash_backward above."""

@@ -3,21 +3,25 @@
     python -m part2_tile_tuning.sweep              # D 64 and 128, causal and not, bf16, B=4, H=8, N=4096
     python -m part2_tile_tuning.sweep --d 64 --causal 0 --max-minutes 3
 
-BLOCK_M and BLOCK_N in {16 ... 256}, num_warps in {2, 4, 8}, num_stages in {1 ... 5}. Before any
-compiling, the budget arithmetic prunes what cannot work: tiles that do not fit in one program's
-shared memory (smem_bytes in flash_attention.py) and float32 accumulators that alone would need
-more registers than a thread has. The survivors are compiled in parallel worker processes
-(compiling costs seconds per configuration; running costs milliseconds), then each one is
-checked against the float64 reference and only then timed. A configuration that still fails
-(out of resources, failed check) is recorded as such.
+BLOCK_M and BLOCK_N in {16 ... 256}, num_warps in {2, 4, 8}, num_stages in {1 ... 5}. Four steps:
 
-Writes results/<gpu>/part2_sweep.csv and part2_device.json, draws part2_heatmaps.png, and prints
-the winners last.
+- plan: before any compiling, the budget arithmetic prunes what cannot work: tiles that do not fit
+  in one program's shared memory (smem_bytes in flash_attention.py) and float32 accumulators that
+  alone would need more registers than a thread has (regs_estimate below);
+- compile: the survivors are compiled in parallel worker processes (compiling costs seconds per
+  configuration; running costs milliseconds);
+- measure: each one runs on outputs poisoned with NaN, is checked against the float64 reference
+  and only then timed. A configuration that still fails (out of resources, failed check) is
+  recorded as such;
+- write: results/<gpu>/part2_sweep.csv and part2_device.json, and part2_heatmaps.png; the winners
+  are printed last.
+
+The steps take the kernel as a parameter, a SweepTarget: how to launch one configuration, on which
+inputs, what to check, what it costs. Forward below is part 2's; a later part subclasses it (or
+SweepTarget) for its own kernel and runs main(target=...) from its own sweep.py.
 """
 
 import argparse
-import csv
-import datetime
 import itertools
 import json
 import multiprocessing
@@ -29,18 +33,19 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import torch
 import triton
 
-from common import bench, parts, runtime
+from common import bench, parts, results, runtime, triton_tools
 from common.inputs import Shape, make_inputs
+from part2_tile_tuning import report
 
 BLOCKS = (16, 32, 64, 128, 256)
 WARPS = (2, 4, 8)
 STAGES = (1, 2, 3, 4, 5)
-B, H, N = 4, 8, 4096
 MAX_REGS = 255  # registers one thread can address
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 FIELDS = [
     "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "smem_est", "smem_compiled", "regs_est",
     "regs", "spills", "compile_s", "first_launch_s", "status", "ms", "tflops", "B", "H", "N", "dtype", "gpu", "torch", "triton",
-    "commit", "date",
+    "commit", "date", "command",
 ]  # fmt: skip
 
 
@@ -49,86 +54,187 @@ def regs_estimate(block_m, block_n, d, num_warps):
     return block_m * (d + block_n) / (32 * num_warps)
 
 
-def plan(d, causal, smem_limit):
-    """Every configuration for one (D, causal), with the budget's verdict."""
-    fa = parts.load(2)
+class SweepTarget:
+    """One kernel to sweep. A configuration is a dict with D, causal, BLOCK_M, BLOCK_N, num_warps and
+    num_stages (the first columns of the CSV). Subclass it at module level: the compile workers are
+    other processes and receive the target pickled, which records only its class."""
+
+    part = None  # whose kernel (set by the subclass): module() is parts.load(part); files are part<N>_...
+    B, H, N = 4, 8, 4096
+    dtype = torch.bfloat16
+    mode = "fwd"  # which FLOPs the kernel does (bench.attention_flops): "bwd" for a backward kernel
+    blocks, warps, stages = BLOCKS, WARPS, STAGES
+    outputs = ("O", "L")  # the tensors the kernel writes: poisoned with NaN before each checked launch
+
+    @property
+    def name(self):
+        return f"part{self.part}"
+
+    def module(self):
+        return parts.load(self.part)
+
+    def kernel(self):
+        """The @triton.jit kernel (an @triton.autotune wrapper around it is fine: it is unwrapped)."""
+        raise NotImplementedError
+
+    def budget(self, config):
+        """(shared memory in bytes, float32 registers per thread), estimated before compiling."""
+        raise NotImplementedError
+
+    def tensors(self, d, causal):
+        """Every tensor of one (D, causal) group by name, inputs and outputs, on the GPU."""
+        raise NotImplementedError
+
+    def launch(self, t, config):
+        """(positional arguments, constexpr keyword arguments) of one launch of this configuration;
+        the sweep adds num_warps and num_stages."""
+        raise NotImplementedError
+
+    def grid(self, t, config):
+        raise NotImplementedError
+
+    def check(self, t, causal):
+        """Compare what the launch wrote with the float64 reference: a common.check.Report."""
+        raise NotImplementedError
+
+    def flops(self, d, causal):
+        return bench.attention_flops(self.B, self.H, self.N, self.N, d, causal, self.mode)
+
+
+class Forward(SweepTarget):
+    """Part 2's forward kernel, _attn_fwd, launched the way flash_forward launches it."""
+
+    part = 2
+
+    def kernel(self):
+        return self.module()._attn_fwd
+
+    def budget(self, config):
+        bm, bn, d = config["BLOCK_M"], config["BLOCK_N"], config["D"]
+        smem = self.module().smem_bytes(bm, bn, d, self.dtype.itemsize, config["num_stages"])
+        return smem, regs_estimate(bm, bn, d, config["num_warps"])
+
+    def tensors(self, d, causal):
+        shape = Shape((self.B, self.H), self.N, self.N, d)
+        q, k, v, _ = make_inputs(shape, self.dtype, runtime.DEVICE, seed=d + causal)
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        return dict(Q=q, K=k, V=v, O=torch.empty_like(q), L=lse)
+
+    def launch(self, t, config):
+        q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
+        n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
+        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, self.module().n_bucket(n_q, n_k), d**-0.5)
+        precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
+        return args, dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision,
+                          BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])  # fmt: skip
+
+    def grid(self, t, config):
+        return (triton.cdiv(self.N, config["BLOCK_M"]), self.B * self.H)
+
+    def check(self, t, causal):
+        return bench.check_slices({"O": t["O"], "L": t["L"]}, t["Q"], t["K"], t["V"], causal)
+
+
+# ------------------------------------------------------------------------------------ plan
+def plan(target, d, causal, smem_limit):
+    """Every configuration of one (D, causal) group, with the budget's verdict: "todo", or pruned and why."""
     rows = []
-    for bm, bn, w, s in itertools.product(BLOCKS, BLOCKS, WARPS, STAGES):
-        smem = fa.smem_bytes(bm, bn, d, 2, s)
-        regs = regs_estimate(bm, bn, d, w)
+    for bm, bn, w, s in itertools.product(target.blocks, target.blocks, target.warps, target.stages):
+        config = dict(D=d, causal=int(causal), BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
+        smem, regs = target.budget(config)
         status = "pruned: shared memory" if smem > smem_limit else "pruned: registers" if regs > MAX_REGS else "todo"
-        rows.append(dict(D=d, causal=int(causal), BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s,
-                         smem_est=smem, regs_est=f"{regs:.0f}", status=status))  # fmt: skip
+        rows.append(dict(config, smem_est=smem, regs_est=f"{regs:.0f}", status=status))
     return rows
 
 
-def _launch_args(q, k, v, o, lse, row):
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    fa = parts.load(2)
-    args = (q, k, v, o, lse, n_q, n_k, fa.n_bucket(n_q, n_k), row["D"] ** -0.5)
-    meta = dict(D=row["D"], IS_CAUSAL=bool(row["causal"]), DOT_PRECISION="tf32", BLOCK_M=row["BLOCK_M"],
-                BLOCK_N=row["BLOCK_N"], num_warps=row["num_warps"], num_stages=row["num_stages"])  # fmt: skip
-    return args, meta
+# ------------------------------------------------------------------------------------ compile
+def _first_line(e):
+    return str(e).strip().splitlines()[0][:100] if str(e).strip() else ""
 
 
-def compile_one(row):
-    """Worker: compile one configuration into Triton's on-disk cache; report its resources."""
-    from triton.runtime.errors import OutOfResources
-
-    fa = parts.load(2)
-    t = torch.empty((1, N, row["D"]), dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty((1, N), dtype=torch.float32, device="cuda")
-    args, meta = _launch_args(t, t, t, t, lse, row)
-    start = time.perf_counter()
+def compile_one(target, config):
+    """Worker: compile one configuration into Triton's on-disk cache, on the inputs it will run on (so
+    the launch finds it there), load it, and report its resources."""
+    t = target.tensors(config["D"], bool(config["causal"]))
+    args, constexprs = target.launch(t, config)
     out = {}
+    start = time.perf_counter()
     try:
-        kernel = fa._attn_fwd.fn.warmup(*args, grid=(1,), **meta)
+        compiled = triton_tools.compile_only(target.kernel(), args, target.grid(t, config),
+                                             num_warps=config["num_warps"], num_stages=config["num_stages"],
+                                             **constexprs)  # fmt: skip
         out["compile_s"] = f"{time.perf_counter() - start:.2f}"
-        out["smem_compiled"] = kernel.metadata.shared
-        kernel._init_handles()  # loads the binary: raises OutOfResources when it cannot fit
-        out["regs"], out["spills"] = kernel.n_regs, kernel.n_spills
+        out["smem_compiled"] = triton_tools.shared_memory(compiled)
+        out["regs"], out["spills"] = triton_tools.load(compiled)
         out["status"] = "compiled"
-    except OutOfResources as e:
-        out["status"] = f"out of resources: {str(e).splitlines()[0][:100]}"
+    except triton_tools.OutOfResources as e:
+        out["status"] = f"out of resources: {_first_line(e)}"
     except Exception as e:
-        out["status"] = (
-            f"compile error: {type(e).__name__}: {str(e).strip().splitlines()[0][:100] if str(e).strip() else ''}"
-        )
+        out["status"] = f"compile error: {type(e).__name__}: {_first_line(e)}"
     return out
 
 
-def measure(rows, d, causal, deadline):
-    """Check, then time, every compiled configuration for one (D, causal) on the real inputs."""
-    from triton.runtime.errors import OutOfResources
+def compile_all(target, todo, workers, deadline):
+    """Compile the configurations in parallel worker processes, the largest tiles (the most promising)
+    first, so a time limit cuts the least useful ones. The workers are spawned, not forked: a process
+    forked after CUDA started cannot use it. Updates each row's status and resources."""
+    todo = sorted(todo, key=lambda r: -r["BLOCK_M"] * r["BLOCK_N"])
+    start = time.perf_counter()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    futures = {pool.submit(compile_one, target, r): r for r in todo}
+    for i, fut in enumerate(as_completed(futures), 1):
+        r = futures[fut]
+        try:
+            r.update(fut.result())
+        except Exception as e:  # a worker that died (e.g. the compiler crashed)
+            r["status"] = f"compile error: {type(e).__name__}"
+        if i % 25 == 0 or i == len(todo):
+            print(f"  compiled {i}/{len(todo)} in {time.perf_counter() - start:.0f} s", flush=True)
+        if time.time() > deadline:
+            print("  compile time limit reached: the rest are recorded as not compiled", flush=True)
+            break
+    pool.shutdown(wait=False, cancel_futures=True)
+    for r in todo:
+        if r["status"] == "todo":
+            r["status"] = "not measured: time limit"
 
-    fa = parts.load(2)
-    q4, k4, v4, _ = make_inputs(Shape((B, H), N, N, d), torch.bfloat16, runtime.DEVICE, seed=d + causal)
-    q, k, v = (fa._as_sequences(t) for t in (q4, k4, v4))
-    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    flops = bench.attention_flops(B, H, N, N, d, causal)
+
+# ------------------------------------------------------------------------------------ measure
+def measure(target, rows, d, causal, deadline, timer=None):
+    """Check, then time, every compiled configuration of one (D, causal) group on the same inputs.
+    timer(fn) -> milliseconds; default do_bench's median over about 30 ms of runs."""
+    timer = timer or (lambda fn: bench.time_ms(fn, rep=30))
+    t = target.tensors(d, causal)
+    kernel = triton_tools.jit_function(target.kernel())
+    flops = target.flops(d, causal)
     best = 0.0
     todo = sorted((r for r in rows if r["status"] == "compiled"), key=lambda r: -r["BLOCK_M"] * r["BLOCK_N"])
     for i, row in enumerate(todo, 1):
         if time.time() > deadline:
             row["status"] = "not measured: time limit"
             continue
-        args, meta = _launch_args(q, k, v, o, lse, row)
-        grid = (triton.cdiv(N, row["BLOCK_M"]), q.shape[0])
+        args, constexprs = target.launch(t, row)
+        grid = target.grid(t, row)
+
+        def run(args=args, constexprs=constexprs, grid=grid, row=row):
+            kernel[grid](*args, **constexprs, num_warps=row["num_warps"], num_stages=row["num_stages"])
+
         try:
-            o.fill_(float("nan"))  # poison: an unwritten output must fail the check
-            lse.fill_(float("nan"))
+            for name in target.outputs:
+                t[name].fill_(float("nan"))  # poison: an output the kernel does not write must fail the check
             launch = time.perf_counter()
-            fa._attn_fwd.fn[grid](*args, **meta)  # loads the binary the workers compiled
-            torch.cuda.synchronize()
+            run()  # loads the binary the workers compiled
+            if t[target.outputs[0]].is_cuda:
+                torch.cuda.synchronize()
             row["first_launch_s"] = f"{time.perf_counter() - launch:.2f}"
-            report = bench._check_forward(o.view(q4.shape), lse.view(q4.shape[:-1]), q4, k4, v4, causal)
-        except OutOfResources as e:
-            row["status"] = f"out of resources: {str(e).splitlines()[0][:100]}"
+            checked = target.check(t, causal)
+        except triton_tools.OutOfResources as e:
+            row["status"] = f"out of resources: {_first_line(e)}"
             continue
-        if not report.ok:
-            row["status"] = f"failed check: {report}"
+        if not checked.ok:
+            row["status"] = f"failed check: {checked}"
             continue
-        ms = bench.time_ms(lambda args=args, meta=meta, grid=grid: fa._attn_fwd.fn[grid](*args, **meta), rep=30)
+        ms = timer(run)
         row.update(status="ok", ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}")
         best = max(best, float(row["tflops"]))
         name = f"{row['BLOCK_M']}x{row['BLOCK_N']} w{row['num_warps']} s{row['num_stages']}"
@@ -136,6 +242,7 @@ def measure(rows, d, causal, deadline):
               f"   (best so far {best:.1f})", flush=True)  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------ write
 def device_limits():
     """The limits the budget arithmetic needs, read off the GPU by torch and by Triton's driver."""
     props = torch.cuda.get_device_properties(0)
@@ -143,11 +250,43 @@ def device_limits():
              "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "regs_per_multiprocessor",
              "max_threads_per_multi_processor", "L2_cache_size", "total_memory", "warp_size"]  # fmt: skip
     info = {n: getattr(props, n, None) for n in names}
-    info["triton"] = dict(triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device()))
+    info["triton"] = triton_tools.device_properties()
     return info
 
 
-def main(argv=None):
+def write(target, rows, out_dir):
+    """The sweep's CSV, every configuration with its provenance, and its heatmaps. Returns the CSV's path."""
+    meta = dict(B=target.B, H=target.H, N=target.N, dtype=DTYPE_NAMES[target.dtype], **results.provenance())
+    path = results.write_csv(out_dir / f"{target.name}_sweep.csv", [{**meta, **r} for r in rows], FIELDS)
+    report.draw_heatmaps(out_dir, target.name, label=f"Part {target.part}")
+    return path
+
+
+def sweep(target, groups, workers, max_minutes):
+    """plan -> compile -> measure -> write, for the (D, causal) groups. Returns the CSV's path."""
+    deadline = time.time() + 60 * max_minutes
+    out_dir = results.results_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    limits = device_limits()
+    (out_dir / f"{target.name}_device.json").write_text(json.dumps(limits, indent=2) + "\n")
+    smem_limit = limits["shared_memory_per_block_optin"] or limits["triton"]["max_shared_mem"]
+    print(f"sweep of {target.name} on {runtime.describe()}; shared memory per program {smem_limit} bytes, "
+          f"{limits['multi_processor_count']} SMs", flush=True)  # fmt: skip
+
+    rows = {g: plan(target, *g, smem_limit) for g in groups}
+    todo = [r for g in groups for r in rows[g] if r["status"] == "todo"]
+    total = sum(len(r) for r in rows.values())
+    print(f"{total} configurations, {total - len(todo)} pruned by the budget, "
+          f"{len(todo)} to compile with {workers} workers", flush=True)  # fmt: skip
+    compile_all(target, todo, workers, time.time() + 0.6 * 60 * max_minutes)
+    for g in groups:
+        print(f"measuring D={g[0]} causal={g[1]:d}", flush=True)
+        measure(target, rows[g], *g, deadline)
+    return write(target, [r for g in groups for r in rows[g]], out_dir)
+
+
+def main(argv=None, target=None):
+    """The command line; a later part's sweep.py calls it with its own target."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d", type=int, action="append", help="head dim (repeatable; default 64 and 128)")
     ap.add_argument("--causal", type=int, action="append", help="0 or 1 (repeatable; default both)")
@@ -157,63 +296,12 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The sweep times compiled kernels and needs a CUDA GPU (the interpreter cannot time anything).")
         return 0
-    deadline = time.time() + 60 * args.max_minutes
-    out_dir = bench.results_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    limits = device_limits()
-    (out_dir / "part2_device.json").write_text(json.dumps(limits, indent=2) + "\n")
-    smem_limit = limits["shared_memory_per_block_optin"] or limits["triton"]["max_shared_mem"]
-    print(f"sweep on {runtime.describe()}; shared memory per program {smem_limit} bytes, "
-          f"{limits['multi_processor_count']} SMs", flush=True)  # fmt: skip
-
+    target = target or Forward()
     groups = [(d, bool(c)) for d in (args.d or [64, 128]) for c in (args.causal or [0, 1])]
-    rows = {g: plan(*g, smem_limit) for g in groups}
-    todo = [r for g in groups for r in rows[g] if r["status"] == "todo"]
-    pruned = sum(len(rows[g]) for g in groups) - len(todo)
-    print(f"{sum(len(r) for r in rows.values())} configurations, {pruned} pruned by the budget, "
-          f"{len(todo)} to compile with {args.workers} workers", flush=True)  # fmt: skip
-
-    # Compile the most promising (largest) tiles first, so a time limit cuts the least useful ones.
-    todo.sort(key=lambda r: -r["BLOCK_M"] * r["BLOCK_N"])
     start = time.perf_counter()
-    compile_deadline = time.time() + 0.6 * 60 * args.max_minutes
-    ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=args.workers, mp_context=ctx)
-    futures = {pool.submit(compile_one, r): r for r in todo}
-    for i, fut in enumerate(as_completed(futures), 1):
-        r = futures[fut]
-        try:
-            r.update(fut.result())
-        except Exception as e:  # a worker that died (e.g. the compiler crashed)
-            r["status"] = f"compile error: {type(e).__name__}"
-        if i % 25 == 0 or i == len(todo):
-            print(f"  compiled {i}/{len(todo)} in {time.perf_counter() - start:.0f} s", flush=True)
-        if time.time() > compile_deadline:
-            print("  compile time limit reached: the rest are recorded as not compiled", flush=True)
-            break
-    pool.shutdown(wait=False, cancel_futures=True)
-    for r in todo:
-        if r["status"] == "todo":
-            r["status"] = "not measured: time limit"
-
-    for g in groups:
-        print(f"measuring D={g[0]} causal={g[1]:d}", flush=True)
-        measure(rows[g], *g, deadline)
-
-    meta = dict(B=B, H=H, N=N, dtype="bf16", gpu=runtime.gpu_name(), torch=torch.__version__,
-                triton=runtime.TRITON_VERSION, commit=bench.commit(),
-                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
-    path = out_dir / "part2_sweep.csv"
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for g in groups:
-            writer.writerows({**meta, **r} for r in rows[g])
-    from common.report import draw_sweep_heatmaps, sweep_winners
-
-    draw_sweep_heatmaps(path, out_dir / "part2_heatmaps.png")
-    print(f"wrote {path} and {out_dir / 'part2_heatmaps.png'} ({time.perf_counter() - start:.0f} s)")
-    print(sweep_winners(path))
+    path = sweep(target, groups, args.workers, args.max_minutes)
+    print(f"wrote {results.shown(path)} and its heatmaps ({time.perf_counter() - start:.0f} s)")
+    print(report.winners(results.read_csv(path)))
     return 0
 
 

@@ -9,21 +9,16 @@
 # %% [markdown]
 # # Part 2 walkthrough: tile sizes, warps, stages
 #
-# `python part2_tile_tuning/walkthrough.py` (or `make notebook PART=2`). The sweep itself needs a
-# GPU (`python -m part2_tile_tuning.sweep`); this walkthrough runs anywhere.
+# `python -m part2_tile_tuning.walkthrough` from the repository root (or `make notebook PART=2`).
+# The sweep itself needs a GPU (`python -m part2_tile_tuning.sweep`); this walkthrough runs anywhere.
 
 # %%
-import sys
-from pathlib import Path
-
 import torch
 
-# The repository root (the folder holding common/), whether run from the root or from this folder.
-sys.path.insert(0, str(next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "common").is_dir())))
-from common import parts, runtime  # noqa: E402
-from common.check import check_part  # noqa: E402
-from common.inputs import Shape, make_inputs  # noqa: E402
-from part2_tile_tuning.sweep import regs_estimate  # noqa: E402
+from common import parts, runtime
+from common.check import check_part
+from common.inputs import Shape, make_inputs
+from part2_tile_tuning.sweep import regs_estimate
 
 part2 = parts.load(2)
 print(runtime.describe())

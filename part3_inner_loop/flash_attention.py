@@ -23,10 +23,13 @@ from common.backward import flash_backward
 from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of part 2's sweep, to be replaced by part 3's own (results/h200/part3_sweep.csv).
+# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
+# H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
+# 256x64 w8 s3. The last, 128x64 w4 s2 (third at D=128), is the one that fits float32 at D=128.
 TUNED = [
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.

@@ -21,10 +21,13 @@ from common import library
 from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of part 2's sweep, to be replaced by part 3's own (results/h200/part3_sweep.csv).
+# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
+# H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
+# 256x64 w8 s3. The last, 128x64 w4 s2 (third at D=128), is the one that fits float32 at D=128.
 TUNED = [
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
@@ -204,8 +207,19 @@ def flash_forward(Q, K, V, is_causal):
 # With ATOMIC_DQ, _attn_bwd_dkdv instead adds each dS_ij K_j into a float32 dQ with atomics and
 # launch 3 is skipped (FlashAttention-2's choice): one pass fewer, but the order of the additions,
 # and so the rounding, changes from run to run.
-BWD_DKDV = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 128}, num_warps=4, num_stages=3)]
-BWD_DQ = [triton.Config({"BLOCK_M": 128, "BLOCK_N": 32}, num_warps=4, num_stages=3)]
+# Winners of part 4's sweeps (results/h200/part4_dkdv_sweep.csv and part4_dq_sweep.csv,
+# `python -m part4_backward.sweep --kernel dkdv|dq`; H200, bf16, B=4, H=8, N=4096). dK/dV: D=64
+# 32x128 w4 s3, D=128 64x64 w4 s2 (causal or not). dQ: D=64 128x64 w8 s3, D=128 128x32 w4 s3
+# (non-causal) and 128x64 w8 s3 (causal); 64x64 w4 s2 fits float32 at D=128.
+BWD_DKDV = [
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 128}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+]
+BWD_DQ = [
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+]
 BWD_DKDV_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DKDV
 BWD_DQ_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DQ
 

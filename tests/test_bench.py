@@ -1,41 +1,105 @@
-"""The benchmark's own logic, on the CPU: FLOP count, check-before-time, the results CSV."""
+"""The benchmark's own logic, on the CPU: FLOP count, check-before-time in every mode, what each mode
+times, the results CSV, and the command line's answer to a part that has no kernel."""
 
-import csv
+import dataclasses
 
+import pytest
 import torch
 
-from common import bench
+from common import bench, parts, results
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE
 
 
 def test_flop_count():
-    assert bench.attention_flops(4, 8, 4096, 4096, 64, False) == 4 * 4 * 8 * 4096 * 4096 * 64
-    assert bench.attention_flops(4, 8, 4096, 4096, 64, True) == 2 * 4 * 8 * 4096 * 4096 * 64
-    assert bench.attention_flops(1, 1, 10, 10, 16, False, "fwd+bwd") == 3.5 * 4 * 10 * 10 * 16
+    # Two matmuls of 2*N_q*N_k*D each per (batch, head): 4 * 4*8 * 4096*4096 * 64 = 137438953472.
+    assert bench.attention_flops(4, 8, 4096, 4096, 64, False) == 137438953472
+    assert bench.attention_flops(4, 8, 4096, 4096, 64, True) == 137438953472 // 2
+    # 1*1*10*10*16*4 = 6400 for the forward; the backward counts 2.5 times that, fwd+bwd 3.5 times.
+    assert bench.attention_flops(1, 1, 10, 10, 16, False, "bwd") == 16000
+    assert bench.attention_flops(1, 1, 10, 10, 16, False, "fwd+bwd") == 22400
 
 
-def _row(impl, n, **extra):
-    return dict(impl=impl, part="", B=4, H=8, N=n, D=64, dtype="bf16", causal=0, mode="fwd", **extra)
+def _inputs():
+    return make_inputs(Shape((2, 3), 40, 40, 32), torch.float32, DEVICE, seed=4)
 
 
-def test_measure_checks_before_timing(part):
-    q, k, v, _ = make_inputs(Shape((2, 3), 40, 40, 32), torch.float32, DEVICE, seed=4)
+def _row():
+    return dict(impl="x", part="", B=2, H=3, N=40, D=32, dtype="fp32", causal=1, mode="fwd")
+
+
+def _counting(impl):
+    """impl, with a count of how often its differentiable forward (the timed call) runs."""
+    calls = []
+
+    def attention(*args):
+        calls.append(1)
+        return impl.attention(*args)
+
+    return dataclasses.replace(impl, attention=attention), calls
+
+
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_a_part_is_checked_then_timed_in_each_mode(part, mode):
+    q, k, v, do = _inputs()
+    impl, calls = _counting(bench.part_impl(part))
     timed = []
-    row = bench.measure(
-        _row(f"part{part}", 40), lambda: None, q, k, v, True, lambda fn: timed.append(fn) or 2.0, lambda fn: 1.0
-    )
-    assert row["check"].startswith("ok"), row["check"]
-    assert timed and float(row["ms"]) == 2.0 and float(row["graph_ms"]) == 1.0
-    assert row["tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True) / 2.0 * 1e-9:.1f}"
+
+    def timer(fn):  # runs the timed call twice, as a real timer would, and counts forwards per call
+        before = len(calls)
+        out = [fn(), fn()]
+        timed.append((len(calls) - before, out))
+        return 2.0
+
+    row = bench.measure(_row(), impl, mode, q, k, v, do, True, timer, lambda fn: 1.0)
+    checked = ["O", "L"] if mode == "fwd" else ["O", "dQ", "dK", "dV"]
+    assert row["check"].startswith("ok") and [w.split("=")[0] for w in row["check"].split()[1:]] == checked
+    assert float(row["ms"]) == 2.0
+    assert row["tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True, mode) / 2.0 * 1e-9:.1f}"
+    # PyTorch loops (part 0's forward, the backward of parts 0-3) are never graph-timed
+    pytorch = not parts.uses_triton(part) or (mode != "fwd" and impl.backward_max_n is not None)
+    assert row["graph_ms"] == ("" if pytorch else "1.0000")
+    forwards, out = timed[0]
+    # fwd and fwd+bwd run the forward on every call; bwd only re-runs the backward of one forward.
+    assert forwards == {"fwd": 2, "fwd+bwd": 2, "bwd": 0}[mode]
+    if mode != "fwd":
+        assert len(out[1]) == 3 and torch.equal(out[0][0], out[1][0])  # dQ, dK, dV, the same each call
 
 
-def test_wrong_output_is_not_timed():
-    q, k, v, _ = make_inputs(Shape((2, 3), 40, 40, 32), torch.float32, DEVICE, seed=4)
+def test_a_wrong_forward_is_not_timed():
+    q, k, v, do = _inputs()
     timed = []
-    wrong = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=False)  # noqa: E731
-    row = bench.measure(_row("sdpa_math", 40), wrong, q, k, v, True, lambda fn: timed.append(fn) or 1.0)
+    # Non-causal attention passed off as causal.
+    wrong = bench.Impl(name="x", forward=lambda q, k, v, c: {"O": bench.sdpa(q, k, v, False)}, attention=bench.sdpa)
+    row = bench.measure(_row(), wrong, "fwd", q, k, v, do, True, lambda fn: timed.append(fn) or 1.0)
     assert row["check"].startswith("FAIL") and row["ms"] == "" and not timed
+
+
+@pytest.mark.only_parts(1)
+def test_l_is_checked_through_flash_forward(part):
+    """O right and L off by 1e-3 is a failure: the forward check compares what flash_forward returns."""
+    q, k, v, do = _inputs()
+    good = bench.part_impl(part)
+
+    def forward(*args):
+        out = good.forward(*args)
+        return {"O": out["O"], "L": out["L"] + 1e-3}
+
+    report = bench.check(dataclasses.replace(good, forward=forward), "fwd", q, k, v, do, True)
+    assert [c.ok for c in report] == [True, False]
+
+
+def test_only_the_last_slice_wrong_still_fails():
+    """The check compares the first and the last (batch, head) slices; a wrong last one must count."""
+    q, k, v, do = _inputs()
+
+    def forward(q, k, v, c):
+        o = bench.sdpa(q, k, v, c).clone()
+        o[-1, -1] += 1e-2
+        return {"O": o}
+
+    report = bench.check(bench.Impl(name="x", forward=forward, attention=bench.sdpa), "fwd", q, k, v, do, True)
+    assert not report.ok and [c.name for c in report] == ["O"]
 
 
 def test_default_backend_is_named():
@@ -45,14 +109,26 @@ def test_default_backend_is_named():
         assert bench.dispatched_backend(bench.sdpa_fn("math", q, k, v, False)) == "math"
 
 
-def test_rows_replace_same_key(tmp_path):
+def test_rows_replace_same_key_in_bench_order(tmp_path):
     path = tmp_path / "bench.csv"
-    bench.write_rows([_row("sdpa_flash", 512, ms="1"), _row("part1", 512, ms="2")], path)
-    bench.write_rows([_row("part1", 512, ms="3"), _row("part1", 1024, ms="4")], path)
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["impl"], r["N"], r["ms"]) for r in rows] == [
-        ("part1", "512", "3"),
-        ("part1", "1024", "4"),
-        ("sdpa_flash", "512", "1"),
-    ]
+
+    def row(impl, n, mode="fwd", ms="1"):
+        part = impl[4:] if impl.startswith("part") else ""
+        return dict(impl=impl, part=part, B=4, H=8, N=n, D=64, dtype="bf16", causal=0, mode=mode, ms=ms)
+
+    def write(rows):
+        results.write_csv(path, rows, bench.FIELDS, key=bench.KEY, sort=bench.row_order)
+
+    write([row("sdpa_flash", 512), row("part10", 512), row("part1", 512, ms="2"), row("part1", 512, "bwd")])
+    write([row("part1", 512, ms="3"), row("part1", 1024, ms="4"), row("sdpa_cudnn", 512, "fwd+bwd")])
+    got = [(r["mode"], r["impl"], r["N"], r["ms"]) for r in results.read_csv(path)]
+    # Modes in the benchmark's order, parts by number (10 after 1), then SDPA's backends; N last.
+    assert got == [("fwd", "part1", 512, 3), ("fwd", "part1", 1024, 4), ("fwd", "part10", 512, 1),
+                   ("fwd", "sdpa_flash", 512, 1), ("fwd+bwd", "sdpa_cudnn", 512, 1), ("bwd", "part1", 512, 1)]  # fmt: skip
+
+
+def test_a_part_without_a_kernel_is_one_line_and_exit_2(capsys):
+    missing = max(parts.folders()) + 1
+    assert bench.main(["--part", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"part {missing}" in err and "Traceback" not in err

@@ -1,75 +1,236 @@
-"""The report pipeline on synthetic CSVs: plots get drawn, README blocks get filled from data."""
+"""The results files and the report, on synthetic CSVs with known numbers: the typed reader and the
+merging writer, what each plot draws from which rows, the tables, the README blocks, and the
+mistakes that must stop the report before it changes anything."""
 
-import csv
+import importlib
 import json
+import re
+import types
 
-from common import bench, report
-from part2_tile_tuning import sweep
+import pytest
 
+from common import ROOT, bench, parts, report, results
 
-def _write(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-
-
-def _ms(n, d, c, tflops):
-    """The time that makes this shape run at `tflops`."""
-    return bench.attention_flops(4, 8, n, n, d, c) / (tflops * 1e9)
+META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="test")
+BASE = {"part1": 40, "part2": 300, "sdpa_flash": 280, "sdpa_cudnn": 450}
 
 
-META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", run_id="1")
+def _tf(impl, d, c, n):
+    """The TFLOP/s the synthetic rows are made to run at: each (impl, D, causal, N) its own number."""
+    return BASE[impl] + d + c + n / 1024
 
 
-def test_bench_plots_and_tables(tmp_path):
+def _ms(n, d, c, tflops, mode="fwd"):
+    return bench.attention_flops(4, 8, n, n, d, c, mode) / (tflops * 1e9)
+
+
+def _bench_csv(folder):
     rows = []
-    for impl, tf in (("part1", 40.0), ("part2", 300.0), ("sdpa_flash", 280.0), ("sdpa_cudnn", 450.0)):
-        for d in (64, 128):
-            for c in (0, 1):
-                for n in (1024, 4096):
-                    rows.append(dict(impl=impl, part=impl[4:] if impl.startswith("part") else "", B=4, H=8, N=n, D=d,
-                                     dtype="bf16", causal=c, mode="fwd", ms=str(_ms(n, d, c, tf + d + c + n / 1024)),
-                                     graph_ms=str(_ms(n, d, c, 2 * tf)),
-                                     backend="", check="ok", **META))  # fmt: skip
-    _write(tmp_path / "bench.csv", bench.FIELDS, rows)
-    report.plot_bench(report.read_csv(tmp_path / "bench.csv"), tmp_path)
-    assert (tmp_path / "bench_tflops.png").stat().st_size > 0 and (tmp_path / "bench_vs_sdpa.png").stat().st_size > 0
+    for impl in BASE:
+        for d, c in report.PANELS:
+            for n in (1024, 4096):
+                part = int(impl[4:]) if impl.startswith("part") else ""
+                rows.append(dict(impl=impl, part=part, B=4, H=8, N=n, D=d, dtype="bf16", causal=c, mode="fwd",
+                                 ms=_ms(n, d, c, _tf(impl, d, c, n)), graph_ms=_ms(n, d, c, 2 * BASE[impl]),
+                                 backend="64x64 w4 s2" if part == 2 else "", check="ok", **META))  # fmt: skip
+    # Rows that must not be drawn or tabulated as forward numbers: another mode, and a failed check.
+    rows.append(dict(rows[0], impl="part2", part=2, mode="fwd+bwd", ms=1e-6))
+    rows.append(dict(rows[0], impl="sdpa_math", part="", N=4096, ms="", check="FAIL O=1"))
+    results.write_csv(folder / "bench.csv", rows, bench.FIELDS)
+    return results.read_csv(folder / "bench.csv")
+
+
+def _panel(fig, d, c):
+    return fig.axes[report.PANELS.index((d, c))]
+
+
+# ------------------------------------------------------------------------------------ results.py
+def test_read_csv_types_cells_and_keeps_provenance_text(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("N,ms,check,commit,triton,backend\n4096,0.0530,ok O=1.0e-03,1234567,3.10,\n")
+    assert results.read_csv(path) == [
+        dict(N=4096, ms=0.053, check="ok O=1.0e-03", commit="1234567", triton="3.10", backend=None)
+    ]
+
+
+def test_write_csv_replaces_rows_with_the_same_key_and_keeps_the_rest_as_written(tmp_path):
+    path = tmp_path / "bench.csv"
+    fields, key = ["impl", "N", "ms"], ("impl", "N")
+    results.write_csv(path, [dict(impl="a", N=1, ms="0.0530"), dict(impl="b", N=1, ms="2")], fields, key=key)
+    results.write_csv(path, [dict(impl="b", N=1, ms="3"), dict(impl="b", N=2, ms="4")], fields, key=key,
+                      sort=lambda r: (r["impl"], int(r["N"])))  # fmt: skip
+    assert path.read_text().splitlines() == ["impl,N,ms", "a,1,0.0530", "b,1,3", "b,2,4"]
+
+
+def test_markdown_table():
+    table = results.markdown_table(["what", "n"], [["a", 1], ["b", 22]], "lr")
+    assert table == "| what | n |\n| --- | ---: |\n| a | 1 |\n| b | 22 |"
+
+
+# ------------------------------------------------------------------------------------ plots
+def test_tflops_plot_draws_each_line_from_its_own_rows(tmp_path):
+    fig = report.tflops_figure(_bench_csv(tmp_path))
+    for d, c in report.PANELS:
+        lines = {line.get_label(): line for line in _panel(fig, d, c).lines}
+        # sdpa_math failed its check: it has no time and no line.
+        assert set(lines) == {"part 1", "part 2", "SDPA flash (FA2)", "SDPA cuDNN"}
+        for impl, label in (("part2", "part 2"), ("sdpa_cudnn", "SDPA cuDNN")):
+            x, y = lines[label].get_data()
+            assert list(x) == [1024, 4096]
+            assert list(y) == pytest.approx([_tf(impl, d, c, 1024), _tf(impl, d, c, 4096)])
+        assert lines["part 2"].get_linestyle() == "-" and lines["SDPA cuDNN"].get_linestyle() == "--"
+
+
+def test_vs_sdpa_plot_divides_each_part_by_the_backend_it_names(tmp_path):
+    fig = report.vs_sdpa_figure(_bench_csv(tmp_path))
+    lines = {line.get_label(): line for line in _panel(fig, 128, 1).lines if not line.get_label().startswith("_")}
+    assert set(lines) == {f"part {p} / SDPA {b}" for p in (1, 2) for b in ("flash (FA2)", "cuDNN")}
+    x, y = lines["part 2 / SDPA cuDNN"].get_data()
+    # D=128, causal, N=4096: part 2 runs at 300+128+1+4 = 433 TFLOP/s, cuDNN at 450+133 = 583.
+    assert list(x) == [1024, 4096] and y[1] == pytest.approx(100 * 433 / 583)
+
+
+# ------------------------------------------------------------------------------------ tables
+def test_bench_tables(tmp_path):
+    _bench_csv(tmp_path)
     overview = report.table_overview(tmp_path)
-    assert "| part 2 | 368 | 369 | 432 | 433 |" in overview and "Test GPU" in overview and "abc1234" in overview
-    part2 = report.table_part(tmp_path, 2)
-    # D=64, non-causal, N=4096: part 2 = 368, part 1 = 108, flash = 348, cuDNN = 518.
-    assert "| 64 | no | 4096 | 108 | **368** | 348 | 518 | 106% | 71% |" in part2
-    graph = report.table_graph(tmp_path, 2)
-    assert "| 64 | no | 4096 | 368 | 600 | 348 | 560 | 107% |" in graph
+    assert overview.startswith("_Test GPU; torch 2.x; Triton 3.x; commit abc1234; 2026-01-01. Regenerate:")
+    # N=4096: part 2 = 300 + D + causal + 4.
+    assert "| part 2 | 368 | 369 | 432 | 433 |" in overview
+    assert "| SDPA math | — | — | — | — |" in overview and "—: not timed at N = 4096 (SDPA math" in overview
+    # D=64, non-causal, N=4096: part 1 = 108, part 2 = 368, flash = 348, cuDNN = 518; the autotuner's choice last.
+    assert "| 64 | no | 4096 | 108 | **368** | 348 | 518 | 106% | 71% | 64x64 w4 s2 |" in report.table_part(tmp_path, 2)
+    # CUDA-graph rows run at twice the base: part 2 600, flash 560.
+    assert "| 64 | no | 4096 | 368 | 600 | 348 | 560 | 107% |" in report.table_graph(tmp_path, 2)
+    # Only N >= 2048; causal time / non-causal time = (1/2 the FLOPs / 109) / (all of them / 108).
+    causal = report.table_causal_time(tmp_path, 1).splitlines()
+    assert [line for line in causal if line.startswith("| 64 |")] == [
+        f"| 64 | 4096 | {_ms(4096, 64, 0, 108):.3f} | {_ms(4096, 64, 1, 109):.3f} | 0.50 | 0.50 |"
+    ]
 
 
-def test_sweep_heatmap_and_tables(tmp_path):
+# ------------------------------------------------------------------------------------ README blocks
+def test_fill_rebuilds_blocks_and_says_when_a_csv_is_missing(tmp_path):
+    text = "a\n<!-- results:demo -->\nold\n<!-- /results:demo -->\nb\n<!-- results:overview -->\nold\n<!-- /results:overview -->\n"
+    new = report.fill(text, {"demo": lambda g: f"from {g.name}", "overview": report.table_overview}, tmp_path)
+    assert new == (f"a\n<!-- results:demo -->\nfrom {tmp_path.name}\n<!-- /results:demo -->\nb\n<!-- results:overview -->\n"
+                   "_No results yet (bench.csv missing): run the command that writes it._\n<!-- /results:overview -->\n")  # fmt: skip
+
+
+def test_committed_readmes_are_reproduced_from_the_committed_results():
+    tables = report.all_tables(report.part_reports())
+    for path in report.readmes():
+        assert report.fill(path.read_text(), tables, ROOT / "results" / "h200") == path.read_text(), path
+
+
+def _readme_with(tmp_path, monkeypatch, marker):
+    """A README in tmp_path with one block, and results/fake/ holding a bench.csv: what main reads."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"<!-- results:{marker} -->\nold\n<!-- /results:{marker} -->\n")
+    monkeypatch.setattr(report, "readmes", lambda: [readme])
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    (tmp_path / "results" / "fake").mkdir(parents=True)
+    _bench_csv(tmp_path / "results" / "fake")
+    return readme
+
+
+def test_report_fills_readmes_and_draws(tmp_path, monkeypatch):
+    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    assert report.main(["--gpu", "fake"]) == 0
+    assert "| part 2 | 368 | 369 | 432 | 433 |" in readme.read_text()
+    assert (tmp_path / "results" / "fake" / "bench_tflops.png").exists()
+
+
+@pytest.mark.parametrize("mistake", ["missing folder", "unknown marker"])
+def test_a_mistake_stops_the_report_before_it_changes_anything(tmp_path, monkeypatch, capsys, mistake):
+    readme = _readme_with(tmp_path, monkeypatch, "overview" if mistake == "missing folder" else "overveiw")
+    gpu = "a100" if mistake == "missing folder" else "fake"
+    assert report.main(["--gpu", gpu]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert ("results/a100/" in err and "fake" in err) if mistake == "missing folder" else "overveiw" in err
+    assert readme.read_text() == "<!-- results:overview -->\nold\n<!-- /results:overview -->\n".replace(
+        "overview", "overview" if mistake == "missing folder" else "overveiw"
+    )
+    assert not list((tmp_path / "results" / "fake").glob("*.png"))
+
+
+def test_a_table_name_taken_twice_is_an_error():
+    mine = types.SimpleNamespace(__name__="part8_x.report", TABLES={"part8-sweep": str})
+    with pytest.raises(ValueError, match="'overview' of part9_y.report is taken by common.report"):
+        report.all_tables([types.SimpleNamespace(__name__="part9_y.report", TABLES={"overview": str})])
+    with pytest.raises(ValueError, match="'part8-sweep' of part9_y.report is taken by part8_x.report"):
+        report.all_tables([mine, types.SimpleNamespace(__name__="part9_y.report", TABLES={"part8-sweep": str})])
+
+
+def test_common_imports_no_particular_part():
+    """Parts are found by folder pattern (common/parts.py); nothing in common/ imports one by name."""
+    loads = r"^\s*(?:from|import)\s+part\d|import_module\(f?[\"']part\d|parts\.(?:load|folder|path)\(\d"
+    for path in (ROOT / "common").glob("*.py"):
+        found = re.findall(loads, path.read_text(), re.M)
+        assert not found, f"{path.name} loads a part by name: {found}"
+
+
+# ------------------------------------------------------------------------------------ part 2's report
+def _part2_report():
+    return importlib.import_module(f"{parts.folder(2).name}.report")
+
+
+def _sweep_rows(part, groups, fail_tile=None):
+    """Part 2's plan at H200 limits, every survivor 'ok' at bm*bn/100 + warps + stages/10 TFLOP/s
+    (so a tile is at its best with its most warps and stages that fit), fail_tile failing its check."""
+    from part2_tile_tuning.sweep import Forward, plan
+
     rows = []
-    for d in (64, 128):
-        for r in sweep.plan(d, False, 227 * 1024):
+    for d, c in groups:
+        for r in plan(Forward(), d, c, 227 * 1024):
             if r["status"] == "todo":
-                tf = r["BLOCK_M"] * r["BLOCK_N"] / 100
-                r.update(status="ok", ms="1", tflops=str(tf), smem_compiled=r["smem_est"], regs="100", B=4, H=8, N=4096)
-            rows.append({**r, **META})
-    _write(tmp_path / "part2_sweep.csv", sweep.FIELDS, rows)
+                ok = (r["BLOCK_M"], r["BLOCK_N"]) != fail_tile
+                tf = r["BLOCK_M"] * r["BLOCK_N"] / 100 + r["num_warps"] + r["num_stages"] / 10
+                r.update(status="ok" if ok else "failed check: O", tflops=tf if ok else None)
+            rows.append(dict(r, B=4, H=8, N=4096, dtype="bf16", **META))
+    return rows
+
+
+@pytest.mark.only_parts(2)
+def test_heatmap_shows_each_tiles_best_and_why_the_others_are_empty(part):
+    rep = _part2_report()
+    rows = _sweep_rows(part, [(64, 0)], fail_tile=(32, 32))
+    ax = rep.heatmaps_figure(rows, "title").axes[0]
+    grid = ax.images[0].get_array()
+    blocks = [16, 32, 64, 128, 256]
+    texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+    # 64 x 128 at D=64: 16 KB + stages * 32 KB fits 227 KB up to 5 stages; 64*(64+128)/(32*2) = 192
+    # registers fit with 2 warps: every configuration survives, the best is 8 warps, 5 stages.
+    i, j = blocks.index(64), blocks.index(128)
+    assert grid[i, j] == pytest.approx(64 * 128 / 100 + 8 + 0.5) and texts[(i, j)] == "90\nw8 s5"
+    # 256 x 256 at D=64: 256*(64+256)/(32*8) = 320 registers even with 8 warps: all pruned.
+    i = blocks.index(256)
+    assert grid.mask[i, i] and texts[(i, i)] == "budget"
+    i = blocks.index(32)
+    assert grid.mask[i, i] and texts[(i, i)] == "fail"
+
+
+@pytest.mark.only_parts(2)
+def test_stages_table_follows_each_groups_winner(part, tmp_path):
+    rep = _part2_report()
+    rows = _sweep_rows(part, [(64, 0), (64, 1), (128, 0)])
+    for r in rows:
+        if r["status"] == "ok":
+            r.update(smem_compiled=r["smem_est"], regs=128)
+    results.write_csv(tmp_path / "part2_sweep.csv", rows, list(rows[0]))
     device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
                   max_threads_per_multi_processor=2048)  # fmt: skip
     (tmp_path / "part2_device.json").write_text(json.dumps(device))
-    report.draw_sweep_heatmaps(tmp_path / "part2_sweep.csv", tmp_path / "heat.png")
-
-    assert (tmp_path / "heat.png").stat().st_size > 0
-    table = report.table_sweep(tmp_path)
-    winners = [line for line in table.splitlines() if line.startswith(("| 64 | no | 1 |", "| 128 | no | 1 |"))]
-    assert len(winners) == 2  # one winner per group
-    assert "| 64 | no | 1 | 256 x 256 |" not in table  # pruned configurations never rank
-    assert "triton.Config" in report.sweep_winners(tmp_path / "part2_sweep.csv")
-
-
-def test_readme_blocks_are_replaced(tmp_path, monkeypatch):
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- results:demo -->\nold\n<!-- /results:demo -->\noutro\n")
-    monkeypatch.setattr(report, "ROOT", tmp_path)
-    monkeypatch.setitem(report.TABLES, "demo", lambda gpu_dir: "new table")
-    report.update_readmes(tmp_path)
-    assert readme.read_text() == "intro\n<!-- results:demo -->\nnew table\n<!-- /results:demo -->\noutro\n"
+    lines = [line for line in rep.table_sweep_stages(tmp_path).splitlines() if re.match(r"\| \d", line)]
+    # The largest tile that fits wins. D=64: 256 x 128 with 8 warps: 256*(64+128)/256 = 192 registers;
+    # Q takes 256*64*2 = 32 KB, K and V 2*128*64*2 = 32 KB a stage, so even 5 stages (192 KB) fit.
+    # The causal group's winner is the same tile and warps, so it adds no row. D=128: 256 x 128 needs
+    # 256*(128+128)/256 = 256 registers, pruned; 128 x 256 takes 32 KB + 128 KB a stage: one stage
+    # fits, two do not.
+    assert [line.split(" | ")[:3] for line in lines] == [["| 64", "no", "256 x 128, 8 warps"],
+                                                          ["| 128", "no", "128 x 256, 8 warps"]]  # fmt: skip
+    # 1 stage: 327.68 + 8 + 0.1 TFLOP/s. Programs per SM: 8 warps of 128 registers allow 65536 / (8 * 4096)
+    # = 2; D=64 at 64 KB (+1 KB reserved) 3 by shared memory, so 2; D=128 at 160 KB only 1.
+    assert lines[0].split(" | ")[3] == "336 (64 KB, 2)"
+    assert lines[1].split(" | ")[3:] == ["336 (160 KB, 1)", *["pruned (shared memory)"] * 3, "pruned (shared memory) |"]

@@ -1,0 +1,116 @@
+"""Every part once more as a `torch.library` custom op, so a model that calls it can be compiled.
+
+`FlashAttention.apply` is the teaching interface, but torch.compile cannot trace it: Dynamo steps
+into the autograd.Function and on into the part's Python launcher and Triton kernel, and fails
+there (on the H200: part 1 in Inductor's compile of the part's own kernel, part 2 with an
+AssertionError inside Dynamo, and with fullgraph=True both at "Failed to trace builtin operator").
+A custom op is opaque to the compiler instead: it sees only the op's schema and a fake
+implementation (output shapes and dtypes from input shapes), and at run time the op calls the
+part's own `flash_forward` and `flash_backward` exactly as eager code does.
+
+Each part turns its `flash_attention` into such an op with one decorator, the same in every part:
+
+    @library.custom_op
+    def flash_attention(q, k, v, is_causal=False):
+        '''...'''
+
+The decorator reads `flash_forward` and `flash_backward` from the part's module and registers two
+ops in a namespace named after that module (`torch.ops.part1_triton_baseline.flash_forward`, and
+`.flash_backward`): the forward returns (O, L), the backward (dQ, dK, dV), and autograd joins them
+with the same saved tensors as FlashAttention, (Q, K, V, O, L). The returned `flash_attention`
+checks its inputs first (the check FlashAttention.forward makes) and returns O. The decorated
+function's body never runs: only its name, signature and docstring are kept.
+"""
+
+import functools
+import re
+
+import torch
+from torch import Tensor
+
+from common.validate import check_inputs
+
+# namespace -> the module's (flash_forward, flash_backward). Ops are registered once per namespace;
+# loading a module again under the same name (a test's mutated copy, importlib.reload) points the
+# existing ops at the new functions instead of defining the ops a second time.
+_IMPLS = {}
+_OPS = {}
+
+
+def namespace(module_name):
+    """'part1_triton_baseline.flash_attention' -> 'part1_triton_baseline'; any other module name
+    (a mutated copy 'mutant_part1_x', '__main__') -> itself, made a valid identifier."""
+    name = re.sub(r"\.flash_attention$", "", module_name)
+    return re.sub(r"\W", "_", name).strip("_") or "flash_attention_part"
+
+
+def _register(ns):
+    """Define ns::flash_forward and ns::flash_backward, their fake implementations and autograd."""
+
+    # Outputs are made contiguous: the fake implementations promise contiguous tensors whatever the
+    # input strides (part 0's empty_like(Q) would otherwise copy a transposed Q's layout), and a
+    # compiled graph relies on that promise. Already contiguous outputs are returned as they are.
+    @torch.library.custom_op(f"{ns}::flash_forward", mutates_args=())
+    def forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, Tensor]:
+        O, L = _IMPLS[ns][0](q, k, v, is_causal)
+        return O.contiguous(), L.contiguous()
+
+    @forward.register_fake
+    def _(q, k, v, is_causal):
+        return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # O like q, L float32
+
+    @torch.library.custom_op(f"{ns}::flash_backward", mutates_args=())
+    def backward(
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        O: Tensor,
+        L: Tensor,
+        dO: Tensor,
+        is_causal: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        dQ, dK, dV = _IMPLS[ns][1](q, k, v, O, L, dO, is_causal)
+        return dQ.contiguous(), dK.contiguous(), dV.contiguous()
+
+    @backward.register_fake
+    def _(q, k, v, O, L, dO, is_causal):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v, is_causal = inputs
+        O, L = output
+        ctx.save_for_backward(q, k, v, O, L)  # what FlashAttention saves
+        ctx.is_causal = is_causal
+
+    def grad(ctx, dO, dL):
+        # L is internal (flash_attention returns O only), so nothing flows back through dL.
+        q, k, v, O, L = ctx.saved_tensors
+        dQ, dK, dV = backward(q, k, v, O, L, dO, ctx.is_causal)
+        return dQ, dK, dV, None  # no gradient for is_causal
+
+    forward.register_autograd(grad, setup_context=setup_context)
+    return forward
+
+
+def custom_op(flash_attention):
+    """Decorator for a part's `flash_attention`: returns a function with its name and signature that
+    checks the inputs, runs the part's forward as a torch.library op, and returns O.
+
+    The op is built from `flash_forward` and `flash_backward` in the module that defines
+    `flash_attention`. Inputs are checked as FlashAttention.forward checks them: a part whose
+    module imports triton launches Triton kernels (check_inputs(..., triton=True)).
+    """
+    module = flash_attention.__globals__
+    ns = namespace(flash_attention.__module__)
+    _IMPLS[ns] = (module["flash_forward"], module["flash_backward"])
+    if ns not in _OPS:
+        _OPS[ns] = _register(ns)
+    op = getattr(torch.ops, ns).flash_forward.default
+    launches_triton = "triton" in module
+
+    @functools.wraps(flash_attention)
+    def checked(q, k, v, is_causal=False):
+        check_inputs(q, k, v, is_causal, triton=launches_triton)
+        return op(q, k, v, is_causal)[0]
+
+    return checked

@@ -1,0 +1,124 @@
+"""Results: where they live, who wrote them, and how they are written, read and shown.
+
+Every measurement (the benchmark, a part's sweep, the autotune cost) writes rows to a CSV in
+results/<gpu>/, and every row carries its provenance: the GPU, torch and Triton versions, the
+commit, the date and the command. The report reads those files back here, typed, and renders
+them as markdown tables whose provenance line names all of that.
+"""
+
+import csv
+import datetime
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from common import ROOT, runtime
+
+RESULTS = ROOT / "results"
+PROVENANCE = ("gpu", "torch", "triton", "commit", "date", "command")  # the columns provenance() fills
+NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
+def results_dir(gpu=None):
+    """results/<gpu>/ for the GPU named (e.g. "h200"); by default this machine's GPU, or
+    $RESULTS_DIR when it is set (to write somewhere else without touching the committed files)."""
+    if gpu is not None:
+        return RESULTS / gpu
+    return Path(os.environ.get("RESULTS_DIR", RESULTS / runtime.gpu_slug()))
+
+
+def gpu_folders():
+    """The names of the results/<gpu>/ folders that exist."""
+    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+
+
+def shown(path):
+    """A path for a message: relative to the repository root when it is inside it."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def commit():
+    """The short commit of the checkout ($GIT_COMMIT wins: a copy without .git can still say)."""
+    if os.environ.get("GIT_COMMIT"):
+        return os.environ["GIT_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def provenance():
+    """What every written row carries: this machine's GPU and versions, the commit, the date (UTC)
+    and the command line that is running, as typed (`python -m common.bench --part 1`)."""
+    return dict(
+        gpu=runtime.gpu_name(),
+        torch=torch.__version__,
+        triton=runtime.TRITON_VERSION,
+        commit=commit(),
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        command=shlex.join(["python", *sys.orig_argv[1:]]),
+    )
+
+
+def _read_text(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_csv(path, rows, fields, key=None, sort=None):
+    """Write rows (dicts) to path with the columns `fields`, in that order; a column a row lacks is
+    left empty. With `key` (column names) the file is merged rather than overwritten: a row already
+    there stays unless a new row has the same key, so re-running part of a benchmark replaces only
+    what it measured again. Old rows are copied as the text they were. `sort` orders all rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = list(rows)
+    if key is not None and path.exists():
+        new = {tuple(str(r[c]) for c in key) for r in rows}
+        rows = [r for r in _read_text(path) if tuple(r[c] for c in key) not in new] + rows
+    if sort is not None:
+        rows.sort(key=sort)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _typed(column, cell):
+    if not cell:  # empty, or missing from a short row
+        return None
+    if column in PROVENANCE or not NUMBER.fullmatch(cell):  # a commit like 1234567 or Triton 3.10 stays text
+        return cell
+    return float(cell) if any(c in cell for c in ".eE") else int(cell)
+
+
+def read_csv(path):
+    """The rows of a results CSV, typed: numbers become int or float, empty cells None, the rest
+    (and the provenance columns, always) stays text. FileNotFoundError if it was never written."""
+    return [{column: _typed(column, cell) for column, cell in row.items()} for row in _read_text(path)]
+
+
+def markdown_table(header, rows, align=None):
+    """A markdown table: a header, then one line per row. `align` has a letter per column, "l" or
+    "r" (right, for numbers); default all left. Cells are printed with str()."""
+    rule = ["---:" if a == "r" else "---" for a in (align or "l" * len(header))]
+    return "\n".join("| " + " | ".join(map(str, line)) + " |" for line in [header, rule, *rows])
+
+
+def provenance_line(rows, command):
+    """The line under a table's title naming the GPU, versions, commits and dates of its rows, and
+    the command that regenerates it."""
+
+    def each(column):
+        return ", ".join(sorted({r[column] for r in rows if r.get(column)}))
+
+    return (
+        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
+        f"{each('date')[:10]}. Regenerate: `{command}`._"
+    )

@@ -1,0 +1,73 @@
+"""The few Triton internals this project reaches for, in one place.
+
+A sweep has to compile one configuration without running it, read what the compiler allocated
+(registers, spills, shared memory) and learn whether it can run at all; the autotune-cost script
+has to ask the autotuner what it chose and how many configurations it timed. Triton has no public
+API for these, so each function below says what it touches and how the Triton versions that meet
+this code behave: 3.6 (the GPU machine), 3.8 and 3.9 (fresh installs). Nothing here works in the
+interpreter, which compiles nothing; importing this module is safe everywhere.
+"""
+
+# Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
+from common import runtime  # noqa: F401, I001
+from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
+
+__all__ = ["OutOfResources", "jit_function", "compile_only", "shared_memory", "load", "device_properties", "chosen",
+           "timed_configs"]  # fmt: skip
+
+
+def jit_function(kernel):
+    """The plain @triton.jit function under @triton.autotune and @triton.heuristics wrappers.
+    3.6 to 3.9: each wrapper keeps the function it wraps in `.fn`."""
+    while isinstance(kernel, (Autotuner, Heuristics)):
+        kernel = kernel.fn
+    return kernel
+
+
+def compile_only(kernel, args, grid, **constexprs):
+    """Compile one configuration into Triton's on-disk cache without launching it; returns the
+    compiled kernel. `constexprs` holds the kernel's constexpr arguments and num_warps, num_stages.
+    A later launch with the same arguments finds it in the cache.
+    3.6 to 3.9: JITFunction.warmup(*args, grid=..., **kwargs) compiles and returns a CompiledKernel."""
+    return jit_function(kernel).warmup(*args, grid=grid, **constexprs)
+
+
+def shared_memory(compiled):
+    """Bytes of shared memory the compiler allocated for one program, known as soon as it compiled.
+    3.6 to 3.9: CompiledKernel.metadata.shared."""
+    return compiled.metadata.shared
+
+
+def load(compiled):
+    """Load the compiled binary onto the GPU; returns (registers per thread, spilled registers).
+    Raises OutOfResources when the kernel cannot run: more shared memory or threads than the GPU has.
+    3.6 to 3.9: CompiledKernel._init_handles() loads the binary (otherwise done at the first launch)
+    and only then fills n_regs and n_spills."""
+    compiled._init_handles()
+    return compiled.n_regs, compiled.n_spills
+
+
+def device_properties():
+    """What Triton's driver reads off the current GPU: max_shared_mem, max_num_regs,
+    multiprocessor_count, warpSize, clock rates, memory bus width.
+    3.6 to 3.9: driver.active.utils.get_device_properties(device index) returns them as a dict."""
+    return dict(driver.active.utils.get_device_properties(driver.active.get_current_device()))
+
+
+def chosen(kernel):
+    """The triton.Config an @triton.autotune kernel ran its last call with; None for a kernel that
+    is not autotuned or not called yet. 3.6 to 3.9: Autotuner.best_config, set on every call."""
+    return getattr(kernel, "best_config", None)
+
+
+def timed_configs(tuner, call):
+    """Run call() and return how many configurations the autotuner `tuner` timed during it: all that
+    survived pruning for a new key, 0 when the key was seen before.
+    3.6 to 3.9: each time it benchmarks, Autotuner replaces configs_timings with a new
+    {config: time} dict; otherwise it leaves it alone, so it is cleared first.
+    3.8 and 3.9: when pruning leaves a single configuration, it is used without being timed (0);
+    3.6 times it (1). With Triton's autotuning disk cache switched on (off by default), a hit restores
+    the saved timings and counts as timed."""
+    tuner.configs_timings = None
+    call()
+    return len(tuner.configs_timings or ())

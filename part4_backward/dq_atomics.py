@@ -1,0 +1,60 @@
+"""dQ two ways: the deterministic second pass (part 4's default) against FlashAttention-2's atomics.
+
+    python -m part4_backward.dq_atomics    # GPU: results/<gpu>/part4_dq_atomics.csv
+
+For each shape (B=4, H=8, bf16): check both backward variants against the float64 reference, time
+the backward alone (flash_backward from the saved O and L: the three or two launches), and run each
+variant five times on the same inputs to see whether dQ comes out bit for bit the same.
+"""
+
+import argparse
+import functools
+import sys
+
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
+
+B, H = 4, 8
+SEQ_LENS = (1024, 4096, 16384)
+REPEATS = 5
+FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "bitwise_repeatable", "max_run_to_run",
+          "check", *results.PROVENANCE]  # fmt: skip
+
+
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print("Timing the two dQ variants needs a CUDA GPU (tests/test_backward.py checks both anywhere).")
+        return 0
+    module = parts.load(4)
+    meta, rows = results.provenance(), []
+    for d in (64, 128):
+        for causal in (False, True):
+            for n in SEQ_LENS:
+                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d)
+                o, lse = module.flash_forward(q, k, v, causal)
+                flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
+                for variant, atomic in (("second pass (default)", False), ("atomics", True)):
+                    backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal, atomic_dq=atomic)
+                    runs = [backward()[0] for _ in range(REPEATS)]
+                    dq, dk, dv = backward()
+                    report = bench.check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+                    ms = bench.time_ms(backward)
+                    diff = max((r.float() - runs[0].float()).abs().max().item() for r in runs)
+                    rows.append(dict(variant=variant, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal),
+                                     ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}",
+                                     bitwise_repeatable=int(all(torch.equal(r, runs[0]) for r in runs)),
+                                     max_run_to_run=f"{diff:.3e}", check=("ok " if report.ok else "FAIL ") + str(report),
+                                     **meta))  # fmt: skip
+                    r = rows[-1]
+                    print(f"{variant:<22} D={d} causal={causal:d} N={n:>5} {r['tflops']:>7} TFLOP/s  repeatable="
+                          f"{r['bitwise_repeatable']} (max diff {r['max_run_to_run']})  {r['check'][:30]}", flush=True)  # fmt: skip
+    path = results.write_csv(results.results_dir() / "part4_dq_atomics.csv", rows, FIELDS)
+    print(f"wrote {results.shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Part 4's tables and figures: forward+backward and backward alone against part 3 (the PyTorch
+backward) and SDPA, the two backward sweeps, dQ by a second pass or by atomics, peak memory.
+`make report` fills the README blocks named in TABLES and calls draw().
+"""
+
+from common.bench import impl_label
+from common.report import PANELS, percent, tflops, tflops_index, yes_no
+from common.results import markdown_table, provenance_line, read_csv
+from part2_tile_tuning import report as part2_report
+
+
+def table_mode(gpu_dir, mode):
+    """Part 4 in one mode (fwd+bwd or bwd) against part 3 and SDPA flash and cuDNN, at every N."""
+    rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == mode]
+    idx = tflops_index(rows, mode=mode)
+    cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", "part 4 / part 3", "part 4 / flash", "part 4 / cuDNN"]
+    body = []
+    for d, c in PANELS:
+        for n in sorted({r["N"] for r in rows}):
+            mine = idx.get(("part4", d, c, n))
+            if mine is None:
+                continue
+            p3, fl, cu = (idx.get((impl, d, c, n)) for impl in ("part3", "sdpa_flash", "sdpa_cudnn"))
+            ratio = f"{mine / p3:.0f}x" if p3 else "—"
+            body.append([d, yes_no(c), n, tflops(p3), f"**{tflops(mine)}**", tflops(fl), tflops(cu), ratio,
+                         percent(mine, fl), percent(mine, cu)])  # fmt: skip
+    compared = [r for r in rows if r["impl"] in ("part3", "part4", "sdpa_flash", "sdpa_cudnn")]
+    what = "forward + backward" if mode == "fwd+bwd" else "backward alone"
+    return "\n".join([provenance_line(compared, f"python -m common.bench --mode {mode} && make report"), "",
+                      f"{what.capitalize()}, TFLOP/s (the backward counts 2.5 times the forward's FLOPs), B=4, H=8, "
+                      "bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:", "",
+                      markdown_table(["D", "causal", "N", *cols], body, "llr" + "r" * len(cols))])  # fmt: skip
+
+
+def table_modes_at(gpu_dir, n=4096):
+    """Every implementation at one N: forward, forward + backward, backward alone."""
+    rows = read_csv(gpu_dir / "bench.csv")
+    idx = {mode: tflops_index(rows, mode=mode) for mode in ("fwd", "fwd+bwd", "bwd")}
+    impls = list(dict.fromkeys(r["impl"] for r in rows if r["mode"] != "fwd"))
+    body = []
+    for impl in impls:
+        cells = [tflops(idx[mode].get((impl, d, c, n))) for mode in ("fwd+bwd", "bwd") for d, c in PANELS]
+        body.append([impl_label(impl), *cells])
+    header = [
+        "implementation",
+        *(f"{mode} D={d}{' causal' if c else ''}" for mode in ("fwd+bwd", "bwd") for d, c in PANELS),
+    ]
+    return "\n".join([f"TFLOP/s at N = {n} (B=4, H=8, bf16):", "", markdown_table(header, body, "l" + "r" * 8)])
+
+
+def table_dq(gpu_dir):
+    rows = read_csv(gpu_dir / "part4_dq_atomics.csv")
+    by = {(r["variant"], r["D"], r["causal"], r["N"]): r for r in rows}
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    body = []
+    for d, c, n in sorted({(r["D"], r["causal"], r["N"]) for r in rows}):
+        a, b = (by.get((v, d, c, n)) for v in variants)
+        body.append([d, yes_no(c), n, tflops(a["tflops"]), tflops(b["tflops"]), f"{b['tflops'] / a['tflops']:.2f}x",
+                     "yes" if a["bitwise_repeatable"] else "no", "yes" if b["bitwise_repeatable"] else "no",
+                     f"{b['max_run_to_run']:.1e}"])  # fmt: skip
+    header = ["D", "causal", "N", f"{variants[0]}, TFLOP/s", f"{variants[1]}, TFLOP/s", "atomics / second pass",
+              f"{variants[0]}: same bits, 5 runs", f"{variants[1]}: same bits, 5 runs", "atomics: largest run-to-run |dQ difference|"]  # fmt: skip
+    return "\n".join([provenance_line(rows, "python -m part4_backward.dq_atomics && make report"), "",
+                      "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:", "",
+                      markdown_table(header, body, "llrrrrllr")])  # fmt: skip
+
+
+def table_memory(gpu_dir):
+    rows = read_csv(gpu_dir / "part4_memory.csv")
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    cell = {(r["impl"], r["N"]): (f"{r['peak_mib']:,.0f}" if r["status"] == "ok" else r["status"]) for r in rows}
+    body = [[n, *(cell.get((i, n), "—") for i in impls)] for n in sorted({r["N"] for r in rows})]
+    r0 = rows[0]
+    return "\n".join([provenance_line(rows, "python -m part4_backward.memory && make report"), "",
+                      f"Peak GPU memory of one forward + backward beyond the inputs, MiB (B={r0['B']}, H={r0['H']}, "
+                      f"D={r0['D']}, bf16, non-causal):", "",
+                      markdown_table(["N", *map(impl_label, impls)], body, "r" * (len(impls) + 1))])  # fmt: skip
+
+
+def memory_figure(rows):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 5))
+    ax = fig.subplots()
+    for impl in dict.fromkeys(r["impl"] for r in rows):
+        pts = sorted((r["N"], r["peak_mib"]) for r in rows if r["impl"] == impl and r["status"] == "ok")
+        ax.plot(*zip(*pts), "-o" if impl.startswith("part") else "--s", markersize=4, label=impl_label(impl))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("N (sequence length)")
+    ax.set_ylabel("peak memory beyond the inputs, MiB")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"Forward + backward, B={rows[0]['B']}, H={rows[0]['H']}, D={rows[0]['D']}, bf16 — {rows[0]['gpu']}\n"
+                 "slope 1: memory linear in N; slope 2: quadratic", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def draw(gpu_dir):
+    written = [part2_report.draw_heatmaps(gpu_dir, name, f"Part 4 {what}")
+               for name, what in (("part4_dkdv", "dK/dV kernel"), ("part4_dq", "dQ kernel"))
+               if (gpu_dir / f"{name}_sweep.csv").exists()]  # fmt: skip
+    if (gpu_dir / "part4_memory.csv").exists():
+        memory_figure(read_csv(gpu_dir / "part4_memory.csv")).savefig(gpu_dir / "part4_memory.png", dpi=110)
+        written.append(gpu_dir / "part4_memory.png")
+    return written
+
+
+TABLES = {
+    "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
+    "part4-bwd": lambda g: table_mode(g, "bwd"),
+    "part4-modes-4096": table_modes_at,
+    "part4-sweep-dkdv": lambda g: part2_report.table_sweep(g, "part4_dkdv", "part4_backward.sweep --kernel dkdv"),
+    "part4-sweep-dq": lambda g: part2_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
+    "part4-dq-atomics": table_dq,
+    "part4-memory": table_memory,
+}
