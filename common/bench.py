@@ -306,7 +306,9 @@ def main(argv=None):
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default: every part")
     ap.add_argument("--mode", action="append", choices=MODES, help="what to time (repeatable); default: fwd")
     ap.add_argument("--quick", action="store_true", help=f"only N in {QUICK_SEQ_LENS}")
+    ap.add_argument("--n", type=int, action="append", help="sequence length (repeatable); default: the full grid")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
+    ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
     args = ap.parse_args(argv)
     try:
         part_numbers = parts.require(args.part) if args.part else parts.available()
@@ -318,9 +320,10 @@ def main(argv=None):
     if runtime.INTERPRET:
         sys.exit("TRITON_INTERPRET=1 is set: unset it to benchmark compiled kernels on the GPU")
     impls = [part_impl(n) for n in part_numbers]
-    impls += [] if args.no_sdpa else [sdpa_impl(name) for name in SDPA_BACKENDS]
+    backends = args.sdpa or list(SDPA_BACKENDS)
+    impls += [] if args.no_sdpa else [sdpa_impl(name) for name in backends]
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
-    rows = run_gpu(impls, modes, QUICK_SEQ_LENS if args.quick else SEQ_LENS)
+    rows = run_gpu(impls, modes, args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS))
     path = results.write_csv(results.results_dir() / "bench.csv", rows, FIELDS, key=KEY, sort=row_order)
     failed = [r for r in rows if r["check"].startswith("FAIL")]
     print(f"wrote {len(rows)} rows to {results.shown(path)}")

@@ -35,10 +35,17 @@ def _descriptor_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 
+def set_triton_allocator():
+    """Give Triton the scratch allocator in the calling thread. Triton keeps it in a context
+    variable, which a new thread does not inherit: autograd runs a CUDA backward on a thread of its
+    own, so a backward that launches Triton kernels calls this first."""
+    triton.set_allocator(_descriptor_scratch)
+
+
 try:
     import triton
 
-    triton.set_allocator(_descriptor_scratch)
+    set_triton_allocator()
     TRITON_VERSION = triton.__version__
 except ImportError:  # part 0 needs only PyTorch
     TRITON_VERSION = "none"

@@ -33,7 +33,7 @@ VARIANTS = {
         (PV_DOT, 'acc = tl.dot(p, v, acc, input_precision="ieee")'),
     ],
 }
-SEQ_LENS = (512, 2048, 8192)
+SEQ_LENS = (512, 2048, 4096)
 SCORE_STDS = (1.0, 4.0)
 FIELDS = ["variant", "what", "dtype", "B", "H", "N", "D", "score_std", "err", "ms", "tflops", *results.PROVENANCE]
 

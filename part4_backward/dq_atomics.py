@@ -17,7 +17,7 @@ from common import bench, parts, results, runtime
 from common.inputs import Shape, make_inputs
 
 B, H = 4, 8
-SEQ_LENS = (1024, 4096, 16384)
+SEQ_LENS = (1024, 4096)
 REPEATS = 5
 FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "bitwise_repeatable", "max_run_to_run",
           "check", *results.PROVENANCE]  # fmt: skip

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from common import library
-from common.runtime import INTERPRET
+from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
@@ -421,6 +421,7 @@ def _attn_bwd_dq(
 
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
+    set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
     n_seqs = q.shape[0]
