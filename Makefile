@@ -80,8 +80,15 @@ lint: $(ENV)
 results: $(ENV)
 	$(PYTHON) -m pytest
 	$(PYTHON) -m part2_tile_tuning.sweep
-	$(PYTHON) -m common.bench
+	$(PYTHON) -m part3_inner_loop.sweep
+	$(PYTHON) -m part4_backward.sweep --kernel dkdv
+	$(PYTHON) -m part4_backward.sweep --kernel dq
+	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd
 	$(PYTHON) -m part2_tile_tuning.autotune_cost
+	$(PYTHON) -m part3_inner_loop.ablation
+	$(PYTHON) -m part3_inner_loop.p_cast
+	$(PYTHON) -m part4_backward.dq_atomics
+	$(PYTHON) -m part4_backward.memory
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

@@ -40,8 +40,8 @@ QUICK_SEQ_LENS = (1024, 4096)
 DTYPE = torch.bfloat16
 MODES = ("fwd", "fwd+bwd", "bwd")
 PYTORCH_PART_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time per call grows as N^2
-# The PyTorch backward of parts 0-3 launches about a dozen small kernels per pair of 64-row tiles:
-# some 50,000 launches (half a second) per call at N = 4096, four times that at 8192.
+# The PyTorch backward of parts 0-3 launches over a dozen small kernels per pair of 64-row tiles,
+# 4096 pairs at N = 4096 (over a second per call, B=4, H=8), four times as many at 8192.
 PYTORCH_BACKWARD_MAX_N = 4096
 MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of bf16 at N = 16384
 SDPA_BACKENDS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient",

@@ -5,7 +5,7 @@ query tiles in the outer loop, key/value tiles in the inner loop, a running max 
 sum l_i and an unnormalised output O_i per query row, one division at the end, and L (the
 logsumexp) kept for the backward. Slow on purpose: the loops are Python loops.
 
-Run:  make test PART=0   |   python part0_pytorch_reference/walkthrough.py
+Run:  make test PART=0   |   python -m part0_pytorch_reference.walkthrough
 """
 
 import einops

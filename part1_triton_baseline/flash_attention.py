@@ -6,7 +6,7 @@ and written through tensor descriptors (one per sequence, so a ragged last tile 
 the next sequence's rows). m_i, l_i and the output accumulator are float32 whatever the input
 dtype. The backward is the tiled PyTorch backward from common/ (part 4 replaces it).
 
-Run:  make test PART=1   |   make bench PART=1   |   python part1_triton_baseline/walkthrough.py
+Run:  make test PART=1   |   make bench PART=1   |   python -m part1_triton_baseline.walkthrough
 """
 
 import torch

@@ -2,6 +2,7 @@
 without --part every part that has a kernel is tested."""
 
 import pytest
+import torch
 
 from common import parts
 
@@ -57,3 +58,12 @@ def pytest_collection_modifyitems(config, items):
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if not item.get_closest_marker("not_selected")]
+
+
+@pytest.fixture(autouse=True)
+def _give_back_gpu_memory():
+    """PyTorch's caching allocator keeps what a process's largest test took. With several test
+    processes on one GPU (pytest -n 8), give it back after each test so that they all fit."""
+    yield
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
