@@ -132,3 +132,15 @@ def test_a_part_without_a_kernel_is_one_line_and_exit_2(capsys):
     assert bench.main(["--part", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"part {missing}" in err and "Traceback" not in err
+
+
+def test_pytorch_backwards_are_timed_only_where_they_finish():
+    """Parts whose backward is common/backward.py's PyTorch loop run the backward modes up to
+    PYTORCH_BACKWARD_MAX_N and without a CUDA graph; a Triton backward runs everywhere."""
+    n = bench.PYTORCH_BACKWARD_MAX_N
+    for part in parts.available():
+        impl = bench.part_impl(part)
+        pytorch_backward = parts.load(part).flash_backward.__module__ == "common.backward"
+        assert impl.runs("bwd", 2 * n) == impl.runs("fwd+bwd", 2 * n) == (not pytorch_backward)
+        assert impl.runs("bwd", n) == (impl.max_n is None or n <= impl.max_n)
+        assert impl.backward_graph == (parts.uses_triton(part) and not pytorch_backward)
