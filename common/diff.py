@@ -32,8 +32,15 @@ def main(argv=None):
     a, b = parts.path(n - 1), parts.path(n)
     diff = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
                                 fromfile=str(a.relative_to(ROOT)), tofile=str(b.relative_to(ROOT)))  # fmt: skip
-    sys.stdout.writelines(diff)
-    added = sorted(p.name for p in new.glob("*.py") if not (old / p.name).exists())
+    try:
+        sys.stdout.writelines(diff)
+    except BrokenPipeError:  # `make diff PART=3 | head`: the reader has seen enough
+        sys.stderr.close()
+        return 0
+    skip = {"__pycache__", "README.md"}
+    added = sorted(
+        p.name + "/" * p.is_dir() for p in new.iterdir() if p.name not in skip and not (old / p.name).exists()
+    )
     if added:
         print(f"\nPart {n} also adds: {', '.join(added)}")
     return 0

@@ -7,7 +7,11 @@ parts under the interpreter.
 """
 
 import importlib
+import importlib.util
 import re
+import sys
+import tempfile
+from pathlib import Path
 
 from common import ROOT
 
@@ -58,3 +62,18 @@ def load(n):
     import common.runtime  # noqa: F401  (TRITON_INTERPRET is set before the part imports triton)
 
     return importlib.import_module(f"{folder(n).name}.flash_attention")
+
+
+def load_source(name, source):
+    """Import `source`, the text of a kernel file (a part's, changed on purpose: a test's mutation,
+    an ablation step, a variant), as a module called `name`. Its torch.library ops register under
+    that name, so it never collides with the part it came from."""
+    import common.runtime  # noqa: F401  (TRITON_INTERPRET is set before the source imports triton)
+
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

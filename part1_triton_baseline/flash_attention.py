@@ -15,6 +15,7 @@ import triton.language as tl
 
 from common import library
 from common.backward import flash_backward
+from common.runtime import set_triton_allocator
 from common.validate import check_inputs
 
 BLOCK_M = 16  # query rows per program
@@ -100,6 +101,7 @@ def _as_sequences(t):
 
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
+    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v = (_as_sequences(t) for t in (Q, K, V))
     if q.shape[0] > MAX_GRID_Y:

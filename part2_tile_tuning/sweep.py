@@ -285,9 +285,9 @@ def sweep(target, groups, workers, max_minutes):
     return write(target, [r for g in groups for r in rows[g]], out_dir)
 
 
-def main(argv=None, target=None):
-    """The command line; a later part's sweep.py calls it with its own target."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, target=None, description=__doc__):
+    """The command line; a later part's sweep.py calls it with its own target and description."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--d", type=int, action="append", help="head dim (repeatable; default 64 and 128)")
     ap.add_argument("--causal", type=int, action="append", help="0 or 1 (repeatable; default both)")
     ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 2) - 1)))

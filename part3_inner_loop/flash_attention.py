@@ -20,7 +20,7 @@ import triton.language as tl
 
 from common import library
 from common.backward import flash_backward
-from common.runtime import INTERPRET
+from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
@@ -188,6 +188,7 @@ def _as_sequences(t):
 
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
+    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v = (_as_sequences(t) for t in (Q, K, V))
     o = torch.empty_like(q)

@@ -12,10 +12,7 @@ the input dtype (the baseline of the tests' tolerance rule). Speed: each variant
 
 import argparse
 import functools
-import importlib.util
 import sys
-import tempfile
-from pathlib import Path
 
 import torch
 
@@ -44,13 +41,7 @@ def variant(name):
     for old, new in VARIANTS[name]:
         assert source.count(old) == 1, f"expected one {old!r} in part 3's kernel"
         source = source.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / f"part3_pcast_{len(VARIANTS[name])}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return parts.load_source(f"part3_p_cast_{list(VARIANTS).index(name)}", source)
 
 
 def accuracy_rows(modules, meta):

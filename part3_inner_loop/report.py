@@ -128,7 +128,6 @@ def draw(gpu_dir):
 TABLES = {
     "part3-sweep": lambda g: part2_report.table_sweep(g, "part3", "part3_inner_loop.sweep"),
     "part3-ablation": table_ablation,
-    "part3-ablation-graph": lambda g: table_ablation(g, "graph_tflops"),
     "part3-step-gains": table_step_gains,
     "part3-p-cast": table_p_cast,
 }

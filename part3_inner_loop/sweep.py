@@ -32,4 +32,4 @@ class Forward(sweep.Forward):
 
 
 if __name__ == "__main__":
-    sys.exit(sweep.main(target=Forward()))
+    sys.exit(sweep.main(target=Forward(), description=__doc__))

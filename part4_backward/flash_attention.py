@@ -186,6 +186,7 @@ def _as_sequences(t):
 
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
+    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v = (_as_sequences(t) for t in (Q, K, V))
     o = torch.empty_like(q)
@@ -292,7 +293,7 @@ def _attn_bwd_dkdv_inner(
 
 
 @triton.autotune(
-    configs=BWD_DKDV_CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"], reset_to_zero=["DQ"],
+    configs=BWD_DKDV_CONFIGS, key=["D", "IS_CAUSAL", "ATOMIC_DQ", "N_BUCKET"], reset_to_zero=["DQ"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_M")},
 )  # fmt: skip
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])

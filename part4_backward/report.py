@@ -7,6 +7,7 @@ from common.bench import impl_label
 from common.report import PANELS, percent, tflops, tflops_index, yes_no
 from common.results import markdown_table, provenance_line, read_csv
 from part2_tile_tuning import report as part2_report
+from part4_backward.dq_atomics import REPEATS
 
 
 def table_mode(gpu_dir, mode):
@@ -32,22 +33,6 @@ def table_mode(gpu_dir, mode):
                       markdown_table(["D", "causal", "N", *cols], body, "llr" + "r" * len(cols))])  # fmt: skip
 
 
-def table_modes_at(gpu_dir, n=4096):
-    """Every implementation at one N: forward, forward + backward, backward alone."""
-    rows = read_csv(gpu_dir / "bench.csv")
-    idx = {mode: tflops_index(rows, mode=mode) for mode in ("fwd", "fwd+bwd", "bwd")}
-    impls = list(dict.fromkeys(r["impl"] for r in rows if r["mode"] != "fwd"))
-    body = []
-    for impl in impls:
-        cells = [tflops(idx[mode].get((impl, d, c, n))) for mode in ("fwd+bwd", "bwd") for d, c in PANELS]
-        body.append([impl_label(impl), *cells])
-    header = [
-        "implementation",
-        *(f"{mode} D={d}{' causal' if c else ''}" for mode in ("fwd+bwd", "bwd") for d, c in PANELS),
-    ]
-    return "\n".join([f"TFLOP/s at N = {n} (B=4, H=8, bf16):", "", markdown_table(header, body, "l" + "r" * 8)])
-
-
 def table_dq(gpu_dir):
     rows = read_csv(gpu_dir / "part4_dq_atomics.csv")
     by = {(r["variant"], r["D"], r["causal"], r["N"]): r for r in rows}
@@ -59,7 +44,7 @@ def table_dq(gpu_dir):
                      "yes" if a["bitwise_repeatable"] else "no", "yes" if b["bitwise_repeatable"] else "no",
                      f"{b['max_run_to_run']:.1e}"])  # fmt: skip
     header = ["D", "causal", "N", f"{variants[0]}, TFLOP/s", f"{variants[1]}, TFLOP/s", "atomics / second pass",
-              f"{variants[0]}: same bits, 5 runs", f"{variants[1]}: same bits, 5 runs", "atomics: largest run-to-run |dQ difference|"]  # fmt: skip
+              f"{variants[0]}: same bits, {REPEATS} runs", f"{variants[1]}: same bits, {REPEATS} runs", "atomics: largest run-to-run change of dQ"]  # fmt: skip
     return "\n".join([provenance_line(rows, "python -m part4_backward.dq_atomics && make report"), "",
                       "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:", "",
                       markdown_table(header, body, "llrrrrllr")])  # fmt: skip
@@ -110,7 +95,6 @@ def draw(gpu_dir):
 TABLES = {
     "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
     "part4-bwd": lambda g: table_mode(g, "bwd"),
-    "part4-modes-4096": table_modes_at,
     "part4-sweep-dkdv": lambda g: part2_report.table_sweep(g, "part4_dkdv", "part4_backward.sweep --kernel dkdv"),
     "part4-sweep-dq": lambda g: part2_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
     "part4-dq-atomics": table_dq,

@@ -126,6 +126,9 @@ TARGETS = {"dkdv": DKDV, "dq": DQ}
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--kernel", choices=TARGETS, required=True)
+    ap.add_argument("--kernel", choices=TARGETS)
     known, rest = ap.parse_known_args()
-    sys.exit(sweep.main(rest, target=TARGETS[known.kernel]()))
+    if known.kernel is None:
+        print(__doc__ + "\n--kernel dkdv or --kernel dq is required; the other flags are part 2's sweep's:")
+        sys.exit(sweep.main(["--help"], description=""))
+    sys.exit(sweep.main(rest, target=TARGETS[known.kernel](), description=__doc__))

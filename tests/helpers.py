@@ -1,8 +1,5 @@
 """Shared pieces of the test suite."""
 
-import importlib.util
-import sys
-
 import pytest
 import torch
 
@@ -28,19 +25,12 @@ def assert_report_ok(report, context):
 
 
 def mutant(part, tmp_path, name, replacements):
-    """Load a copy of part's flash_attention.py with each `old` replaced by `new` (each must occur once)."""
+    """Part's flash_attention.py with each `old` replaced by `new` (each must occur once), imported."""
     source = parts.path(part).read_text()
     for old, new in replacements:
         assert source.count(old) == 1, f"part {part}: expected exactly one '{old}' to mutate"
         source = source.replace(old, new)
-    file = tmp_path / f"part{part}_{name}.py"
-    file.write_text(source)
-    module_name = f"mutant_part{part}_{name}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return module
+    return parts.load_source(f"mutant_part{part}_{name}", source)
 
 
 __all__ = [

@@ -62,3 +62,17 @@ def test_tile_picture_matches_brute_force(part, causal):
                     assert visited == any(map(any, seen)), (bm, bn, n_q, n_k, q_start, k_start)
                     if k_start in unmasked:
                         assert all(map(all, seen)), (bm, bn, n_q, n_k, q_start, k_start)
+
+
+@pytest.mark.only_parts(3)
+def test_patches_with_lines_that_look_like_headers_apply(part):
+    """Hunks end where their header's counts say, not at the first line that looks like a header:
+    removed '-- x' lines (which print as '--- x'), added '++ y' ones, '@@' inside the text."""
+    import difflib
+
+    from part3_inner_loop import ablation
+
+    before = "keep\n-- x\nold\n@@ not a hunk\nkeep\n" * 3
+    after = before.replace("old\n", "++ y\nnew\n").replace("-- x\n", "", 2)
+    patch = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a", "b", n=1))
+    assert ablation.apply_patch(before, patch) == after
