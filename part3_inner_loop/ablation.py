@@ -27,7 +27,7 @@ STEPS_DIR = Path(__file__).resolve().parent / "steps"
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
-SEQ_LENS = (1024, 2048, 4096, 8192, 16384)
+SEQ_LENS = (1024, 4096, 16384)
 FIELDS = ["step", "label", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "graph_ms", "graph_tflops", "config",
           "check", *results.PROVENANCE]  # fmt: skip
 HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

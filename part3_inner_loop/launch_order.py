@@ -12,8 +12,9 @@ the end, where a few of them would run alone. The orders:
 - sequence-major, last tile first: the same, each sequence's tiles from last to first.
 - tile-major, last tile first: the last query tile of every sequence, then the one before, ...
 
-Each is part 3's flash_attention.py with its three index lines replaced (nothing else changes);
-every variant is checked against the float64 reference before it is timed.
+Part 3 ships the tile-major order for causal calls and sequence-major otherwise (the CSV's shipped
+column marks them). Each variant is part 3's flash_attention.py with its index map replaced by one
+order for every call (nothing else changes), checked against the float64 reference before it is timed.
 """
 
 import argparse
@@ -25,22 +26,22 @@ import torch
 from common import bench, parts, results, runtime
 from common.inputs import Shape, make_inputs
 
-# The index lines of part 3's kernel, and what each order puts in their place.
-INDEX_LINES = ("    tile_m = ", "    bh = ")
+# What each order puts after `pid = tl.program_id(0)` in place of part 3's choice.
 ORDERS = {
     "sequence-major": (
-        "    tile_m = pid % tl.cdiv(N_QUERIES, BLOCK_M)\n",
-        "    bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)\n",
+        "    tile_m = pid % tl.cdiv(N_QUERIES, BLOCK_M)",
+        "    bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)",
     ),
     "sequence-major, last tile first": (
-        "    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid % tl.cdiv(N_QUERIES, BLOCK_M)\n",
-        "    bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)\n",
+        "    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid % tl.cdiv(N_QUERIES, BLOCK_M)",
+        "    bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)",
     ),
     "tile-major, last tile first": (
-        "    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS\n",
-        "    bh = (pid % N_SEQS).to(tl.int64)\n",
+        "    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS",
+        "    bh = (pid % N_SEQS).to(tl.int64)",
     ),
 }
+PID = "    pid = tl.program_id(0)\n"
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
@@ -48,30 +49,41 @@ FIELDS = ["order", "shipped", "B", "H", "N", "D", "dtype", "causal", "ms", "tflo
           "config", "check", *results.PROVENANCE]  # fmt: skip
 
 
+def index_block(source):
+    """(start, end): the lines of part 3's kernel that map the program index to (tile_m, bh), from
+    the one after `pid = tl.program_id(0)` up to the first blank line."""
+    lines = source.splitlines(keepends=True)
+    if lines.count(PID) != 1:
+        raise ValueError(f"part 3's kernel has {lines.count(PID)} lines {PID.strip()!r}; expected 1")
+    start = lines.index(PID) + 1
+    return start, lines.index("\n", start)
+
+
 def variant_source(order):
-    """Part 3's kernel source with its program-index lines set to `order`."""
+    """Part 3's kernel source with its program-index map replaced by `order`, for every call."""
     lines = parts.path(3).read_text().splitlines(keepends=True)
-    for prefix, replacement in zip(INDEX_LINES, ORDERS[order], strict=True):
-        found = [i for i, line in enumerate(lines) if line.startswith(prefix)]
-        if len(found) != 1:
-            raise ValueError(f"part 3's kernel has {len(found)} lines starting {prefix.strip()!r}; expected 1")
-        lines[found[0]] = replacement
-    return "".join(lines)
+    start, end = index_block("".join(lines))
+    return "".join(lines[:start] + [line + "\n" for line in ORDERS[order]] + lines[end:])
 
 
-def shipped_order():
-    """Which of ORDERS part 3's kernel uses (its index lines, compared without comments)."""
-    source = parts.path(3).read_text().splitlines()
-    kernel = [line.split("#")[0].rstrip() for line in source if line.startswith(INDEX_LINES)]
-    for order, replacement in ORDERS.items():
-        if kernel == [line.rstrip() for line in replacement]:
+def shipped_order(causal):
+    """Which of ORDERS part 3's kernel uses for causal (True) or non-causal (False) calls: its index
+    map is either one order, or `if IS_CAUSAL:` one order `else:` another. None if neither."""
+    source = parts.path(3).read_text()
+    start, end = index_block(source)
+    block = [line.strip() for line in source.splitlines()[start:end]]
+    if block[:1] == ["if IS_CAUSAL:"] and "else:" in block:
+        split = block.index("else:")
+        block = block[1:split] if causal else block[split + 1 :]
+    for order, lines in ORDERS.items():
+        if block == [line.strip() for line in lines]:
             return order
     return None
 
 
 def run(seq_lens):
     modules = {order: parts.load_source(f"part3_order{i}", variant_source(order)) for i, order in enumerate(ORDERS)}
-    shipped = shipped_order()
+    shipped = {causal: shipped_order(causal) for causal in (False, True)}
     meta = results.provenance()
     rows = []
     for d in HEAD_DIMS:
@@ -80,7 +92,7 @@ def run(seq_lens):
                 q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
                 flops = bench.attention_flops(B, H, n, n, d, causal)
                 for order, module in modules.items():
-                    row = dict(order=order, shipped=int(order == shipped), B=B, H=H, N=n, D=d, dtype="bf16",
+                    row = dict(order=order, shipped=int(order == shipped[causal]), B=B, H=H, N=n, D=d, dtype="bf16",
                                causal=int(causal), **meta)  # fmt: skip
                     with torch.no_grad():
                         o, lse = module.flash_forward(q, k, v, causal)

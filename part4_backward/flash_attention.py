@@ -124,12 +124,20 @@ def _attn_fwd(
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs (Triton's default there is TF32)
 ):
     # One grid axis of N_SEQS * (query tiles) programs (axis 0 allows 2**31 - 1; the others stop at
-    # 65535). Consecutive programs take the same query tile of consecutive sequences, last tile
-    # first: causal, the last tiles hold the most keys, and starting the longest programs first
-    # leaves the short ones to fill the GPU at the end instead of a few long ones running alone.
+    # 65535). The GPU starts programs roughly in index order, so the index -> (query tile, sequence)
+    # map decides what runs together (launch_order.py measures three maps). Causal, the last query
+    # tiles hold the most keys: consecutive programs take the same query tile of consecutive
+    # sequences, last tile first, so the longest programs start first and the short ones fill the GPU
+    # at the end. Not causal, every program does the same work: consecutive programs take consecutive
+    # query tiles of one sequence, so the programs running together read the same K and V from L2.
+    # bh (which sequence, batch * head) is int64: B*H*N*D can pass 2**31.
     pid = tl.program_id(0)
-    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS  # which query tile
-    bh = (pid % N_SEQS).to(tl.int64)  # which sequence (batch * head); int64: B*H*N*D can pass 2**31
+    if IS_CAUSAL:
+        tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS
+        bh = (pid % N_SEQS).to(tl.int64)
+    else:
+        tile_m = pid % tl.cdiv(N_QUERIES, BLOCK_M)
+        bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)
 
     # One descriptor per sequence: rows past N_QUERIES / N_KEYS load as zeros and are not stored.
     q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])

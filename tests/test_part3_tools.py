@@ -76,3 +76,28 @@ def test_patches_with_lines_that_look_like_headers_apply(part):
     after = before.replace("old\n", "++ y\nnew\n").replace("-- x\n", "", 2)
     patch = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a", "b", n=1))
     assert ablation.apply_patch(before, patch) == after
+
+
+@pytest.mark.only_parts(3)
+def test_launch_order_study_matches_the_kernel(part):
+    """launch_order.py recognises the order part 3 ships for each case, so its CSV's shipped column
+    cannot silently mark the wrong row after the kernel changes."""
+    from part3_inner_loop import launch_order
+
+    assert launch_order.shipped_order(True) == "tile-major, last tile first"
+    assert launch_order.shipped_order(False) == "sequence-major"
+
+
+@pytest.mark.only_parts(3)
+@pytest.mark.parametrize("order", ["sequence-major", "sequence-major, last tile first", "tile-major, last tile first"])
+def test_every_launch_order_is_correct(part, order):
+    """Each variant the study times computes the same attention (ragged N, N_q != N_k, causal)."""
+    from part3_inner_loop import launch_order
+
+    module = parts.load_source(
+        f"test_order_{list(launch_order.ORDERS).index(order)}", launch_order.variant_source(order)
+    )
+    for causal in (False, True):  # ragged N, N_q != N_k, more query tiles than sequences and the reverse
+        for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16)):
+            q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=7)
+            assert_report_ok(check_part(module, q, k, v, do, causal, grads=False), f"{order} {shape}")
