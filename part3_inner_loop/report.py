@@ -69,6 +69,29 @@ def ablation_figure(rows):
     return fig
 
 
+def table_launch_order(gpu_dir):
+    """TFLOP/s of each launch order (CUDA-graph replay) per (D, causal, N); the shipped one in bold."""
+    rows = read_csv(gpu_dir / "part3_launch_order.csv")
+    orders = list(dict.fromkeys(r["order"] for r in rows))
+    index = {(r["order"], r["D"], r["causal"], r["N"]): r for r in rows}
+    body = []
+    for d, c in PANELS:
+        for n in sorted({r["N"] for r in rows}):
+            cells = [index.get((o, d, c, n)) for o in orders]
+            if any(cells):
+                body.append([d, yes_no(c), n, *(_marked(r) for r in cells)])
+    return "\n".join([provenance_line(rows, "python -m part3_inner_loop.launch_order && make report"), "",
+                      "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, each order with the tiles the autotuner "
+                      "picked for it; **bold**: the order that commit's kernel used for that case:", "",
+                      markdown_table(["D", "causal", "N", *orders], body, "llr" + "r" * len(orders))])  # fmt: skip
+
+
+def _marked(row):
+    if row is None or row["graph_tflops"] is None:
+        return "—"
+    return f"**{tflops(row['graph_tflops'])}**" if row["shipped"] else tflops(row["graph_tflops"])
+
+
 def table_p_cast(gpu_dir):
     """max |O - O_ref| for each variant, dtype, score size and N; then the speed of each variant."""
     rows = read_csv(gpu_dir / "part3_p_cast.csv")
@@ -129,5 +152,6 @@ TABLES = {
     "part3-sweep": lambda g: part2_report.table_sweep(g, "part3", "part3_inner_loop.sweep"),
     "part3-ablation": table_ablation,
     "part3-step-gains": table_step_gains,
+    "part3-launch-order": table_launch_order,
     "part3-p-cast": table_p_cast,
 }

@@ -52,6 +52,17 @@ def test_part3_tables_and_figures(part, tmp_path):
     assert "| P float32, IEEE product | 64 | 302 |" in table
     assert report.p_cast_figure(results.read_csv(tmp_path / "part3_p_cast.csv")).axes
 
+    from part3_inner_loop import launch_order
+
+    orders = list(launch_order.ORDERS)
+    rows = [dict(order=o, shipped=int(i == 2), B=4, H=8, N=n, D=d, dtype="bf16", causal=c, ms=1.0,
+                 tflops=200 + i, graph_tflops=300 + 10 * i + d / 64 + c, check="ok", **META)
+            for i, o in enumerate(orders) for d, c in ((64, 0), (128, 1)) for n in (1024, 4096)]  # fmt: skip
+    write_csv(tmp_path / "part3_launch_order.csv", rows, launch_order.FIELDS)
+    table = report.table_launch_order(tmp_path)
+    assert len(_columns(table)) == 1
+    assert "| 128 | yes | 4096 | 303 | 313 | **323** |" in table  # graph TFLOP/s, the shipped one in bold
+
 
 @pytest.mark.only_parts(4)
 def test_part4_tables_and_figures(part, tmp_path):
