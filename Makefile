@@ -14,13 +14,14 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: test bench report diff notebook notebook-part sweep autotune lint results clean help
+.PHONY: test bench report diff profile notebook notebook-part sweep autotune lint results clean help
 
 help:
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
 	@echo "make report [GPU=h200]  plots and README tables from the CSVs in results/<gpu>/ (default h200)"
 	@echo "make diff PART=N        what part N changes in part N-1's kernel"
+	@echo "make profile PART=N     part N's kernels: GPU time, compiler resources, hardware counters where ncu can (GPU)"
 	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"
 	@echo "make sweep              part 2's tile/warp/stage sweep (GPU)"
 	@echo "make autotune           part 2's autotune cost, cold and warm (GPU)"
@@ -56,6 +57,10 @@ bench: $(ENV)
 report: $(ENV)
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
+profile: $(ENV)
+	@test -n "$(PART)" || { echo "usage: make profile PART=N"; exit 2; }
+	$(PYTHON) -m part5_profiling.profile --part $(PART)
+
 diff:
 	@python3 -m common.diff $(PART_ARG)
 
@@ -87,8 +92,13 @@ results: $(ENV)
 	$(PYTHON) -m part2_tile_tuning.autotune_cost
 	$(PYTHON) -m part3_inner_loop.ablation
 	$(PYTHON) -m part3_inner_loop.p_cast
+	$(PYTHON) -m part3_inner_loop.launch_order
 	$(PYTHON) -m part4_backward.dq_atomics
 	$(PYTHON) -m part4_backward.memory
+	$(PYTHON) -m part5_profiling.ceilings
+	$(PYTHON) -m part5_profiling.profile --part 1 --part 2 --part 3 --part 4 --sdpa flash --sdpa cudnn
+	$(PYTHON) -m part5_profiling.stages
+	$(PYTHON) -m part5_profiling.launch_cost
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

@@ -13,7 +13,7 @@ from common import runtime  # noqa: F401, I001
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
 __all__ = ["OutOfResources", "jit_function", "compile_only", "shared_memory", "load", "device_properties", "chosen",
-           "timed_configs"]  # fmt: skip
+           "timed_configs", "launched", "resources"]  # fmt: skip
 
 
 def jit_function(kernel):
@@ -71,3 +71,40 @@ def timed_configs(tuner, call):
     tuner.configs_timings = None
     call()
     return len(tuner.configs_timings or ())
+
+
+def launched(kernels, call):
+    """Run call() and return [(kernel name, compiled kernel)] for every launch of `kernels` (jit or
+    autotuned kernels) during it, in order. Call it on a warm call: while the autotuner benchmarks
+    a new key, every configuration it times is a launch too.
+    3.6 to 3.9: JITFunction.run compiles or finds the kernel, launches it and returns the
+    CompiledKernel; the autotuner calls the jit function's run, so an instance attribute `run`
+    wrapping the method sees every launch. The attribute is removed afterwards."""
+    seen = []
+    wrapped = []
+    for kernel in kernels:
+        fn = jit_function(kernel)
+        original = fn.run
+
+        def run(*args, _original=original, _name=fn.__name__, **kwargs):
+            compiled = _original(*args, **kwargs)
+            seen.append((_name, compiled))
+            return compiled
+
+        fn.run = run
+        wrapped.append(fn)
+    try:
+        call()
+    finally:
+        for fn in wrapped:
+            del fn.run
+    return seen
+
+
+def resources(compiled):
+    """What the compiler gave one kernel: warps, stages, shared memory (bytes), registers per thread
+    and spilled registers. 3.6 to 3.9: metadata.num_warps, .num_stages and .shared, and n_regs and
+    n_spills once the binary is loaded (it is, after a launch)."""
+    n_regs, n_spills = load(compiled)
+    meta = compiled.metadata
+    return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, shared=meta.shared, regs=n_regs, spills=n_spills)

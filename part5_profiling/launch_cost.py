@@ -1,0 +1,128 @@
+"""What one call costs on the host, against what its kernels cost on the GPU.
+
+    python -m part5_profiling.launch_cost           # GPU: results/<gpu>/part5_launch_cost.csv
+
+Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU together) fall far
+under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
+call. For each part with a Triton forward, at D = 128, non-causal, bf16, B=4, H=8:
+
+- gpu_us: the forward replayed from a CUDA graph (no Python at all), median.
+- host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
+  (while the GPU keeps up, this is the time Python and the launch path take).
+- call_us: do_bench's median, what a user's loop sees.
+
+Then where the host time goes: Python's profiler (cProfile) over CALLS calls at the shortest N,
+each function's own time added into a few groups by the file it lives in (input checks, the
+autotuner, Triton's launcher, torch.library and autograd, the part's own Python, PyTorch's tensor
+operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
+groups are shares, not absolute times; host_us is the absolute.
+"""
+
+import argparse
+import cProfile
+import pstats
+import re
+import sys
+import time
+
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
+
+B, H, D = 4, 8, 128
+SEQ_LENS = (512, 1024, 2048, 4096)
+CALLS = 200
+FIELDS = ["part", "N", "D", "what", "group", "us", *results.PROVENANCE]
+# (group, a pattern of the file path that puts a function in it): the first match wins.
+GROUPS = [
+    ("input checks", r"common/validate\.py$"),
+    ("autotuner", r"triton/runtime/autotuner\.py$"),
+    ("Triton launcher", r"/triton/"),
+    ("torch.library and autograd", r"/torch/(_library|_ops\.py|autograd)"),
+    ("the part's own Python", r"/(part\d+_\w+|common)/"),
+]
+
+
+def group_of(filename):
+    name = filename.replace("\\", "/")
+    for group, pattern in GROUPS:
+        if re.search(pattern, name):
+            return group
+    return "PyTorch tensor operations and the rest"
+
+
+def host_groups(fn):
+    """Microseconds per call spent in each group, from cProfile's own-time (tottime) of every function."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(CALLS):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    totals = {}
+    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profiler).stats.items():
+        group = group_of(filename)
+        totals[group] = totals.get(group, 0.0) + tottime
+    return {group: seconds / CALLS * 1e6 for group, seconds in totals.items()}
+
+
+def host_us(fn):
+    """Host time per call, calls issued back to back without synchronising."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / CALLS * 1e6
+
+
+def run(part_numbers):
+    meta = results.provenance()
+    rows = []
+    for n_part in part_numbers:
+        module = parts.load(n_part)
+        for n in SEQ_LENS:
+            q, k, v, _ = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
+
+            def fn(q=q, k=k, v=v, module=module):
+                with torch.no_grad():
+                    return module.FlashAttention.apply(q, k, v, False)
+
+            fn()  # compile and autotune
+            base = dict(part=n_part, N=n, D=D, group="", **meta)
+            measured = {
+                "gpu_us": bench.graph_time_ms(fn) * 1e3,
+                "host_us": host_us(fn),
+                "call_us": bench.time_ms(fn) * 1e3,
+            }
+            rows += [dict(base, what=what, us=f"{us:.1f}") for what, us in measured.items()]
+            print(f"part {n_part} N={n:>5}  " + "  ".join(f"{w} {us:8.1f}" for w, us in measured.items()), flush=True)
+            if n == SEQ_LENS[0]:
+                for group, us in sorted(host_groups(fn).items(), key=lambda kv: -kv[1]):
+                    rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
+                    print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default: every Triton part")
+    args = ap.parse_args(argv)
+    try:
+        numbers = parts.require(args.part) if args.part else [n for n in parts.available() if parts.uses_triton(n)]
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print("Launch cost is measured against a GPU's kernels: it needs a CUDA GPU.")
+        return 0
+    rows = run(numbers)
+    path = results.write_csv(results.results_dir() / "part5_launch_cost.csv", rows, FIELDS)
+    print(f"wrote {results.shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""Profile a part's kernels (or an SDPA backend's) at fixed shapes: what each kernel costs and why.
+
+    python -m part5_profiling.profile --part 4          # make profile PART=4
+    python -m part5_profiling.profile --sdpa cudnn      # an SDPA backend, pinned (flash, cudnn, ...)
+    python -m part5_profiling.profile --part 4 --no-ncu # without hardware counters
+
+Shapes: B=4, H=8, N=4096, D = 64 and 128, causal and not, bf16. Passes: the forward; the backward
+too where it is a kernel of its own (from part 4 on, and SDPA), timed from the saved forward.
+
+Every row says which method produced it:
+- "cupti": each kernel's GPU time from PyTorch's profiler (CUPTI activity records: no hardware
+  counters needed), mean over REPEATS warm calls, and the FLOP/s that time gives.
+- "compiler": a Triton kernel's warps, stages, shared memory, registers and spills, read off the
+  compiled kernel, and the programs per SM those allow (an estimate from the GPU's limits).
+- "ncu": Nsight Compute's hardware counters for one warm call (run with --clock-control none, at
+  the clocks the benchmark sees): duration, DRAM and L2 bytes, SM and tensor-pipe utilisation,
+  achieved and theoretical occupancy, registers, shared memory, and the top warp stall reasons.
+  Where ncu is missing or cannot read the counters (some virtual machines), the run says so in a
+  row of method "ncu" and metric "unavailable", and the other methods still run.
+Rows go to results/<gpu>/part5_profile.csv, merged by (target, kernel, D, causal, pass, method, metric).
+"""
+
+import argparse
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
+
+B, H, N = 4, 8, 4096
+HEAD_DIMS = (64, 128)
+REPEATS = 20
+FIELDS = ["target", "kernel", "D", "causal", "pass", "method", "metric", "value", "unit", "note", *results.PROVENANCE]
+KEY = ("target", "kernel", "D", "causal", "pass", "method", "metric")
+
+# Counters asked of ncu (those this ncu knows; the rest are reported missing). Names: Nsight
+# Compute's metric reference; .sum / .avg / .pct... are roll-ups of the base name before the dot.
+NCU_METRICS = {
+    "gpu__time_duration.sum": "duration",
+    "dram__bytes_read.sum": "DRAM bytes read",
+    "dram__bytes_write.sum": "DRAM bytes written",
+    "lts__t_bytes.sum": "L2 bytes",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput, % of peak",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory throughput, % of peak",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe (wgmma) active, %",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe (mma) active, %",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy, %",
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical occupancy, %",
+    "launch__registers_per_thread": "registers per thread",
+    "launch__shared_mem_per_block_dynamic": "dynamic shared memory per block",
+    "launch__shared_mem_per_block_static": "static shared memory per block",
+    "launch__grid_size": "programs (grid size)",
+    "launch__block_size": "threads per program",
+}
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active")
+TOP_STALLS = 4
+
+
+# ------------------------------------------------------------------------------------ targets
+def target_impl(target):
+    """'part4' or 'sdpa_cudnn' -> the benchmark's Impl for it (the same calls the benchmark times)."""
+    if target.startswith("part"):
+        return bench.part_impl(int(target.removeprefix("part")))
+    return bench.sdpa_impl(target.removeprefix("sdpa_"))
+
+
+def has_backward_kernels(target):
+    """Whether the target's backward is GPU kernels worth profiling: SDPA's, and a part's own Triton
+    backward (parts 0-3 borrow common/backward.py, thousands of small PyTorch launches)."""
+    if not target.startswith("part"):
+        return True
+    module = parts.load(int(target.removeprefix("part")))
+    return module.flash_backward.__module__ == module.__name__
+
+
+def passes(target):
+    return ("fwd", "bwd") if has_backward_kernels(target) else ("fwd",)
+
+
+def call_for(impl, pass_, d, causal):
+    """A warm, repeatable call of one pass on the fixed shape: fwd runs the forward; bwd re-runs the
+    backward on one retained graph (the benchmark's bwd mode)."""
+    q, k, v, do = make_inputs(Shape((B, H), N, N, d), torch.bfloat16, runtime.DEVICE, seed=d + causal)
+    mode = "fwd" if pass_ == "fwd" else "bwd"
+    fn = bench.timed_call(impl, mode, q, k, v, do, causal)
+    if pass_ == "bwd":
+        return fn
+
+    def forward():  # no autograd graph, as the benchmark's fwd mode
+        with torch.no_grad():
+            return fn()
+
+    return forward
+
+
+def kernel_label(name):
+    """A GPU kernel's name, shortened for tables: Triton's _attn_fwd, cuDNN's long generated names cut."""
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+# ------------------------------------------------------------------------------------ cupti
+def cupti_rows(target, impl, pass_, d, causal):
+    """Each kernel's mean GPU time over REPEATS calls, from the profiler's CUDA kernel records."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = call_for(impl, pass_, d, causal)
+    with impl.context():
+        for _ in range(3):  # compile, autotune, warm caches
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(REPEATS):
+                fn()
+            torch.cuda.synchronize()
+    per_kernel = {}
+    for event in prof.events():
+        if event.device_type == DeviceType.CUDA:
+            per_kernel.setdefault(event.name, []).append(event.time_range.elapsed_us())
+    flops = bench.attention_flops(B, H, N, N, d, causal, pass_)
+    total_us = sum(sum(times) for times in per_kernel.values()) / REPEATS
+    base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="cupti")
+    rows = []
+    for name, times in per_kernel.items():
+        us = sum(times) / REPEATS  # per call (a kernel may run several times per call)
+        rows.append(dict(base, kernel=kernel_label(name), metric="time per call", value=f"{us:.1f}", unit="us",
+                         note=f"{len(times) // REPEATS} launch(es) per call"))  # fmt: skip
+    rows.append(dict(base, kernel="(all kernels)", metric="time per call", value=f"{total_us:.1f}", unit="us", note=""))
+    rows.append(dict(base, kernel="(all kernels)", metric="achieved", value=f"{flops / total_us * 1e-6:.1f}",
+                     unit="TFLOP/s", note="the pass's FLOPs (as the benchmark counts them) over its kernels' time"))  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------------------------ compiler
+def triton_kernels(module):
+    """The module's Triton kernels (jit functions and autotuned wrappers), by name."""
+    from triton.runtime import Autotuner, JITFunction
+
+    return {name: k for name, k in vars(module).items() if isinstance(k, (Autotuner, JITFunction))}
+
+
+def occupancy(res, props):
+    """Programs per SM the compiled resources allow (registers, shared memory, threads), and which limits."""
+    threads = 32 * res["num_warps"]
+    limits = {
+        "threads": 2048 // threads,
+        "registers": props["max_num_regs"] // max(1, res["regs"] * threads),
+        "shared memory": props["max_shared_mem"] // max(1, res["shared"]),
+    }
+    best = min(limits.values())
+    return best, [name for name, value in limits.items() if value == best]
+
+
+def compiler_rows(target, impl, pass_, d, causal):
+    """Resources of every Triton kernel one warm call launches (none for a part without Triton or SDPA)."""
+    if not target.startswith("part") or not parts.uses_triton(int(target.removeprefix("part"))):
+        return []
+    from common import triton_tools
+
+    module = parts.load(int(target.removeprefix("part")))
+    fn = call_for(impl, pass_, d, causal)
+    fn()  # compile and autotune first: while tuning, every configuration timed is a launch too
+    torch.cuda.synchronize()
+    props = triton_tools.device_properties()
+    rows, seen = [], set()
+    for name, compiled in triton_tools.launched(triton_kernels(module).values(), fn):
+        if name in seen:
+            continue
+        seen.add(name)
+        res = triton_tools.resources(compiled)
+        per_sm, limited_by = occupancy(res, props)
+        base = dict(target=target, kernel=name, D=d, causal=int(causal), **{"pass": pass_}, method="compiler", note="")
+        rows += [dict(base, metric="warps", value=res["num_warps"], unit=""),
+                 dict(base, metric="stages", value=res["num_stages"], unit=""),
+                 dict(base, metric="shared memory per program", value=res["shared"], unit="bytes"),
+                 dict(base, metric="registers per thread", value=res["regs"], unit=""),
+                 dict(base, metric="spilled registers", value=res["spills"], unit=""),
+                 dict(base, metric="programs per SM (estimate)", value=per_sm, unit="",
+                      note="limited by " + " and ".join(limited_by))]  # fmt: skip
+    return rows
+
+
+# ------------------------------------------------------------------------------------ ncu
+def ncu_available_metrics(ncu):
+    """Base names of the metrics this ncu knows for this GPU (empty if it cannot say)."""
+    try:
+        out = subprocess.run([ncu, "--devices", "0", "--query-metrics"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {line.split()[0] for line in out.stdout.splitlines() if line and re.match(r"^[a-z]\w*__\w+", line)}
+
+
+def parse_ncu_csv(text):
+    """ncu --csv --page raw output -> [{column: value}] per kernel launch; the units row is returned
+    as the second value. Lines ncu or the program print around the table are skipped."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    if not lines:
+        return [], {}
+    table = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    units = table[0] if table and not table[0].get("ID") else {}
+    return [row for row in table if row.get("ID")], units
+
+
+def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
+    """Run this script's --child mode under ncu and turn its counters into rows."""
+    ncu = shutil.which("ncu")
+    base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="ncu")
+    if ncu is None:
+        return [
+            dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note="ncu is not on the PATH")
+        ]
+    metrics = list(wanted) + list(stall_metrics)
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all", "--csv",
+           "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m", "part5_profiling.profile",
+           "--child", target, pass_, str(d), str(int(causal))]  # fmt: skip
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    except subprocess.TimeoutExpired:
+        return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note="ncu timed out")]
+    launches, units = parse_ncu_csv(out.stdout)
+    if not launches:
+        why = next((line for line in (out.stdout + out.stderr).splitlines() if "ERR" in line or "rror" in line), "")
+        return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="",
+                     note=f"ncu exit {out.returncode}: {why.strip()[:150]}")]  # fmt: skip
+    rows = []
+    for launch in launches:
+        kernel = kernel_label(launch.get("Kernel Name", "?"))
+        for metric, label in NCU_METRICS.items():
+            if metric in launch:
+                rows.append(
+                    dict(base, kernel=kernel, metric=label, value=launch[metric], unit=units.get(metric, ""), note="")
+                )
+        stalls = sorted(((float(launch[m] or 0), STALL.match(m).group(1)) for m in stall_metrics if m in launch),
+                        reverse=True)[:TOP_STALLS]  # fmt: skip
+        for rank, (value, reason) in enumerate(stalls, 1):
+            rows.append(dict(base, kernel=kernel, metric=f"stall #{rank}: {reason}", value=f"{value:.2f}",
+                             unit="warps per issue", note="average warps stalled for this reason per instruction issued"))  # fmt: skip
+    missing = [label for metric, label in NCU_METRICS.items() if metric not in wanted]
+    if missing:
+        rows.append(dict(base, kernel="(all kernels)", metric="not offered by this ncu", value="", unit="",
+                         note="; ".join(missing)))  # fmt: skip
+    return rows
+
+
+def child(target, pass_, d, causal):
+    """Under ncu: warm up outside the profiled range, then one call between cudaProfilerStart/Stop."""
+    impl = target_impl(target)
+    fn = call_for(impl, pass_, d, bool(causal))
+    with impl.context():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
+# ------------------------------------------------------------------------------------ main
+def profile(targets, use_ncu):
+    meta = results.provenance()
+    wanted, stall_metrics = [], []
+    if use_ncu and shutil.which("ncu"):
+        known = ncu_available_metrics(shutil.which("ncu"))
+        wanted = [m for m in NCU_METRICS if m.split(".")[0] in known] if known else list(NCU_METRICS)[:5]
+        stall_metrics = sorted(f"{m}.ratio" for m in known if STALL.fullmatch(m))
+    rows = []
+    for target in targets:
+        impl = target_impl(target)
+        for pass_ in passes(target):
+            for d in HEAD_DIMS:
+                for causal in (False, True):
+                    found = cupti_rows(target, impl, pass_, d, causal) + compiler_rows(target, impl, pass_, d, causal)
+                    if use_ncu:
+                        found += ncu_rows(target, pass_, d, causal, wanted, stall_metrics)
+                    rows += [dict(r, **meta) for r in found]
+                    total = next(r for r in found if r["metric"] == "achieved")
+                    counters = "with counters" if any(r["method"] == "ncu" and r["metric"] != "unavailable"
+                                                      for r in found) else "no counters"  # fmt: skip
+                    print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total['value']:>7} TFLOP/s  ({counters})",
+                          flush=True)  # fmt: skip
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", type=int, action="append", help="part number (repeatable)")
+    ap.add_argument("--sdpa", action="append", choices=[b for b in bench.SDPA_BACKENDS if b != "default"],
+                    help="an SDPA backend (repeatable)")  # fmt: skip
+    ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
+    ap.add_argument("--child", nargs=4, metavar=("TARGET", "PASS", "D", "CAUSAL"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        target, pass_, d, causal = args.child
+        child(target, pass_, int(d), int(causal))
+        return 0
+    try:
+        targets = [f"part{n}" for n in parts.require(args.part)] if args.part else []
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    targets += [f"sdpa_{b}" for b in args.sdpa or ()]
+    if not targets:
+        ap.error("name what to profile: --part N and/or --sdpa BACKEND")
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print("Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
+              "README and walkthrough show the committed results.")  # fmt: skip
+        return 0
+    rows = profile(targets, use_ncu=not args.no_ncu)
+    path = results.write_csv(results.results_dir() / "part5_profile.csv", rows, FIELDS, key=KEY)
+    print(f"wrote {len(rows)} rows to {results.shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

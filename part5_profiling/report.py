@@ -1,0 +1,91 @@
+"""Part 5's tables and figures: the ceilings, the profile of every part, the launch cost, where the
+forward's time goes, and the roofline. `make report` fills the README blocks named in TABLES and
+calls draw().
+"""
+
+from common.report import PANELS, yes_no
+from common.results import markdown_table, provenance_line, read_csv
+from part5_profiling import roofline
+
+
+def table_ceilings(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_ceilings.csv")
+    body = [[r["ceiling"], r["shape"], f"{r['value']:,}", r["unit"], r["method"]] for r in rows]
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.ceilings && make report"), "",
+                      markdown_table(["ceiling", "shape", "value", "unit", "how"], body, "llrll")])  # fmt: skip
+
+
+def _value(rows, **match):
+    found = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    return found[0]["value"] if found else None
+
+
+def table_profile(gpu_dir):
+    """Per target, pass and shape: GPU time, TFLOP/s, and from the compiler or ncu the main resources."""
+    rows = read_csv(gpu_dir / "part5_profile.csv")
+    keys = list(dict.fromkeys((r["target"], r["pass"], r["D"], r["causal"]) for r in rows))
+    body = []
+    for target, pass_, d, causal in keys:
+        mine = [r for r in rows if (r["target"], r["pass"], r["D"], r["causal"]) == (target, pass_, d, causal)]
+        us = _value(mine, method="cupti", kernel="(all kernels)", metric="time per call")
+        tf = _value(mine, method="cupti", kernel="(all kernels)", metric="achieved")
+        ncu_ok = any(r["method"] == "ncu" and r["metric"] != "unavailable" for r in mine)
+        regs = sorted({f"{r['kernel']} {r['value']}" for r in mine if r["metric"] == "registers per thread"
+                       and r["method"] == "compiler"})  # fmt: skip
+        spills = sum(int(r["value"]) for r in mine if r["metric"] == "spilled registers")
+        tensor = _value(mine, method="ncu", metric="tensor pipe (wgmma) active, %")
+        stall = next((r["metric"].split(": ", 1)[1] for r in mine if r["metric"].startswith("stall #1")), None)
+        body.append([target, pass_, d, yes_no(causal), us, tf, "; ".join(regs) or "—", spills if regs else "—",
+                     tensor if tensor is not None else "—", stall or "—", "yes" if ncu_ok else "no"])  # fmt: skip
+    header = ["target", "pass", "D", "causal", "GPU us per call", "TFLOP/s", "registers per thread", "spills",
+              "tensor pipe %", "top stall", "counters"]  # fmt: skip
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.profile --part N && make report"), "",
+                      "B=4, H=8, N=4096, bf16. GPU time: CUPTI kernel records, all of a pass's kernels; registers: "
+                      "the compiled Triton kernels; tensor pipe and stalls: ncu, where it could read the counters.",
+                      "", markdown_table(header, body, "llrlrrlrrll")])  # fmt: skip
+
+
+def table_launch_cost(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_launch_cost.csv")
+    timing = [r for r in rows if r["what"] in ("gpu_us", "host_us", "call_us")]
+    index = {(r["part"], r["N"], r["what"]): r["us"] for r in timing}
+    keys = list(dict.fromkeys((r["part"], r["N"]) for r in timing))
+    body = [[p, n, *(index.get((p, n, w), "—") for w in ("gpu_us", "host_us", "call_us"))] for p, n in keys]
+    groups = [r for r in rows if r["group"]]
+    group_body = [[r["part"], r["group"], r["us"]] for r in groups]
+    out = [provenance_line(rows, "python -m part5_profiling.launch_cost && make report"), "",
+           "Forward, D=128, non-causal, bf16, B=4, H=8; microseconds per call:", "",
+           markdown_table(["part", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench"], body, "lrrrr")]  # fmt: skip
+    if group_body:
+        out += ["", f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):", "",
+                markdown_table(["part", "group", "us per call"], group_body, "llr")]  # fmt: skip
+    return "\n".join(out)
+
+
+def table_stages(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_stages.csv")
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    index = {(r["variant"], r["D"], r["causal"]): r for r in rows}
+    body = []
+    for d, c in PANELS:
+        cells = [index.get((v, d, c)) for v in variants]
+        if any(cells):
+            body.append([d, yes_no(c), *(("—" if r is None else f"{r['graph_ms'] * 1e3:.0f} ({r['delta_us']:+.0f})")
+                                          for r in cells)])  # fmt: skip
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.stages && make report"), "",
+                      f"Part 4's forward, N={rows[0]['N']}, B=4, H=8, bf16: microseconds (CUDA-graph replay), and in "
+                      "brackets the difference from the original:", "",
+                      markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants))])  # fmt: skip
+
+
+def draw(gpu_dir):
+    path = roofline.draw(gpu_dir)
+    return [path] if path is not None else []
+
+
+TABLES = {
+    "part5-ceilings": table_ceilings,
+    "part5-profile": table_profile,
+    "part5-launch-cost": table_launch_cost,
+    "part5-stages": table_stages,
+}

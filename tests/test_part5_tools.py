@@ -1,0 +1,138 @@
+"""Part 5's profiling tools, on any machine: the parsing, the arithmetic and the variants they time.
+What needs a GPU (the timings, the counters) says so and exits cleanly without one."""
+
+import pytest
+import torch
+
+from common import parts, results, runtime
+from common.check import check_part
+from common.inputs import Shape, make_inputs
+from common.results import write_csv
+from tests.helpers import DEVICE, assert_report_ok
+
+META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="x")
+
+NCU_CSV = """==PROF== Connected to process 123
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","gpu__time_duration.sum","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+"","","","","","","","","","","","Mbyte","usecond","",""
+"0","123","python3","host","_attn_fwd","1","7","(128, 1, 1)","(1024, 1, 1)","0","9.0","100.5","250.25","0.75","1.50"
+==PROF== Disconnected from process 123
+"""
+
+
+def test_ncu_csv_is_parsed_with_its_units():
+    from part5_profiling import profile
+
+    launches, units = profile.parse_ncu_csv(NCU_CSV)
+    assert len(launches) == 1
+    assert launches[0]["Kernel Name"] == "_attn_fwd" and launches[0]["gpu__time_duration.sum"] == "250.25"
+    assert units["dram__bytes_read.sum"] == "Mbyte"
+    assert profile.parse_ncu_csv("==ERROR== no table here\n") == ([], {})
+
+
+def test_stall_reasons_are_ranked():
+    from part5_profiling import profile
+
+    stalls = sorted(m for m in NCU_CSV.split('"') if profile.STALL.fullmatch(m.removesuffix(".ratio")))
+    assert [profile.STALL.fullmatch(m.removesuffix(".ratio")).group(1) for m in stalls] == ["long_scoreboard", "wait"]
+
+
+def test_occupancy_names_its_limit():
+    from part5_profiling import profile
+
+    props = {"max_num_regs": 65536, "max_shared_mem": 232448}
+    # 8 warps = 256 threads: threads allow 8 programs, 128 registers allow 2, 64 KiB of shared memory allow 3
+    assert profile.occupancy({"num_warps": 8, "regs": 128, "shared": 65536}, props) == (2, ["registers"])
+    assert profile.occupancy({"num_warps": 4, "regs": 32, "shared": 200000}, props) == (1, ["shared memory"])
+
+
+def test_roofline_points_measured_and_modelled(tmp_path):
+    from common import bench
+    from part5_profiling import roofline
+
+    base = dict(D=128, causal=0, note="", **META)
+    rows = [
+        dict(base, target="part4", kernel="(all kernels)", **{"pass": "fwd"}, method="cupti", metric="time per call",
+             value=1000.0, unit="us"),
+        dict(base, target="part4", kernel="_attn_fwd", **{"pass": "fwd"}, method="ncu", metric="DRAM bytes read",
+             value=100.0, unit="Mbyte"),
+        dict(base, target="part4", kernel="_attn_fwd", **{"pass": "fwd"}, method="ncu", metric="DRAM bytes written",
+             value=50.0, unit="Mbyte"),
+        dict(base, target="sdpa_cudnn", kernel="(all kernels)", **{"pass": "bwd"}, method="cupti",
+             metric="time per call", value=2000.0, unit="us"),
+    ]  # fmt: skip
+    pts = {p["target"]: p for p in roofline.points(results.read_csv(_write(tmp_path, rows)))}
+    flops = bench.attention_flops(4, 8, 4096, 4096, 128, False)
+    assert pts["part4"]["measured"] and pts["part4"]["intensity"] == pytest.approx(flops / 150e6)
+    assert pts["part4"]["tflops"] == pytest.approx(flops / 1e-3 * 1e-12)
+    assert not pts["sdpa_cudnn"]["measured"]  # no counters: the compulsory bytes, read Q K V O dO L, write dQ dK dV D
+    t, v = 4 * 8 * 4096 * 128 * 2, 4 * 8 * 4096 * 4
+    assert pts["sdpa_cudnn"]["intensity"] == pytest.approx(flops * 2.5 / (8 * t + 3 * v))
+    ceilings = [dict(ceiling="bf16 matmul", shape="square", value=800.0, unit="TFLOP/s", method="measured", **META),
+                dict(ceiling="memory bandwidth", shape="copy", value=4.0, unit="TB/s", method="measured", **META),
+                dict(ceiling="bf16 matmul", shape="datasheet", value=989.0, unit="TFLOP/s", method="datasheet", **META)]  # fmt: skip
+    assert roofline.ceilings(ceilings) == (800.0, 4.0)
+    assert roofline.figure(ceilings, results.read_csv(tmp_path / "part5_profile.csv")).axes
+
+
+def _write(tmp_path, rows):
+    from part5_profiling import profile
+
+    write_csv(tmp_path / "part5_profile.csv", rows, profile.FIELDS)
+    return tmp_path / "part5_profile.csv"
+
+
+def test_launch_cost_groups():
+    from part5_profiling.launch_cost import group_of
+
+    assert group_of("/r/common/validate.py") == "input checks"
+    assert group_of("/v/site-packages/triton/runtime/autotuner.py") == "autotuner"
+    assert group_of("/v/site-packages/triton/runtime/jit.py") == "Triton launcher"
+    assert group_of("/v/site-packages/torch/autograd/function.py") == "torch.library and autograd"
+    assert group_of("/r/part4_backward/flash_attention.py") == "the part's own Python"
+    assert group_of("~") == "PyTorch tensor operations and the rest"
+
+
+@pytest.mark.parametrize("variant", ["original", "Q K^T twice", "P V twice", "exp2 twice", "no exp2"])
+def test_stage_variants_build_and_run(variant):
+    """Every variant is part 4's kernel with its lines replaced; the original still computes attention."""
+    from part5_profiling import stages
+
+    module = parts.load_source(f"test_stage_{list(stages.VARIANTS).index(variant)}", stages.variant_source(variant))
+    q, k, v, do = make_inputs(Shape((1, 2), 70, 90, 32), torch.float32, DEVICE, seed=3)
+    if variant == "original":
+        assert_report_ok(check_part(module, q, k, v, do, True, grads=False), "the original kernel")
+    else:
+        o, _ = module.flash_forward(q, k, v, True)
+        assert o.shape == q.shape
+
+
+@pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
+@pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages"])
+def test_gpu_tools_say_what_they_need(name, capsys):
+    import importlib
+
+    module = importlib.import_module(f"part5_profiling.{name}")
+    argv = ["--part", "4"] if name == "profile" else []
+    assert module.main(argv) == 0
+    assert "GPU" in capsys.readouterr().out
+
+
+def test_profile_refuses_a_missing_part(capsys):
+    from part5_profiling import profile
+
+    assert profile.main(["--part", "9"]) == 2
+    assert "part 9 does not exist" in capsys.readouterr().err
+
+
+def test_walkthrough_runs_in_a_fresh_process():
+    """`python -m part5_profiling.walkthrough`, as a reader runs it, from the committed results."""
+    import subprocess
+    import sys
+
+    from common import ROOT
+
+    cmd = [sys.executable, "-m", "part5_profiling.walkthrough"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "FLOPs per byte" in out.stdout
