@@ -99,6 +99,7 @@ results: $(ENV)
 	$(PYTHON) -m part5_profiling.profile --part 1 --part 2 --part 3 --part 4 --sdpa flash --sdpa cudnn
 	$(PYTHON) -m part5_profiling.stages
 	$(PYTHON) -m part5_profiling.launch_cost
+	$(PYTHON) -m part5_profiling.candidates
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

@@ -1,4 +1,4 @@
-"""Which program runs first: part 3's kernel with three launch orders, timed in one run.
+"""Which program runs first: part 3's kernel with different launch orders, timed in one run.
 
     python -m part3_inner_loop.launch_order        # GPU: results/<gpu>/part3_launch_order.csv
 
@@ -11,8 +11,11 @@ the end, where a few of them would run alone. The orders:
 - sequence-major: all the query tiles of sequence 0, first to last, then sequence 1, ...
 - sequence-major, last tile first: the same, each sequence's tiles from last to first.
 - tile-major, last tile first: the last query tile of every sequence, then the one before, ...
+- tile-major in groups of 4 sequences: the same within each group of 4 sequences, group after
+  group: the heavy tiles still start first within a group, and the programs running together
+  read the K and V of about 4 sequences, not all of them.
 
-Part 3 ships the tile-major order for causal calls and sequence-major otherwise (the CSV's shipped
+Part 3 ships the tile-major order (ungrouped) for causal calls and sequence-major otherwise (the CSV's shipped
 column marks them). Each variant is part 3's flash_attention.py with its index map replaced by one
 order for every call (nothing else changes), checked against the float64 reference before it is timed.
 """
@@ -39,6 +42,14 @@ ORDERS = {
     "tile-major, last tile first": (
         "    tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS",
         "    bh = (pid % N_SEQS).to(tl.int64)",
+    ),
+    "tile-major in groups of 4 sequences, last tile first": (
+        "    n_tiles = tl.cdiv(N_QUERIES, BLOCK_M)",
+        "    first = pid // (4 * n_tiles) * 4  # the group's first sequence",
+        "    in_group = tl.minimum(N_SEQS - first, 4)  # the last group may hold fewer",
+        "    rest = pid - first * n_tiles",
+        "    tile_m = n_tiles - 1 - rest // in_group",
+        "    bh = (first + rest % in_group).to(tl.int64)",
     ),
 }
 PID = "    pid = tl.program_id(0)\n"

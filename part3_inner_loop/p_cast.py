@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import bench, results, runtime, variants
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
 
@@ -37,11 +37,7 @@ FIELDS = ["variant", "what", "dtype", "B", "H", "N", "D", "score_std", "err", "m
 
 def variant(name):
     """Part 3's kernel with the variant's lines replaced, imported as a module of its own."""
-    source = parts.path(3).read_text()
-    for old, new in VARIANTS[name]:
-        assert source.count(old) == 1, f"expected one {old!r} in part 3's kernel"
-        source = source.replace(old, new)
-    return parts.load_source(f"part3_p_cast_{list(VARIANTS).index(name)}", source)
+    return variants.load(3, VARIANTS[name], f"part3_p_cast_{list(VARIANTS).index(name)}")
 
 
 def accuracy_rows(modules, meta):

@@ -78,6 +78,29 @@ def table_stages(gpu_dir):
                       markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants))])  # fmt: skip
 
 
+def table_candidates(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_candidates.csv")
+    names = list(dict.fromkeys(r["candidate"] for r in rows))
+    index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
+    body = []
+    for d, c in PANELS:
+        for n in sorted({r["N"] for r in rows}):
+            cells = [index.get((name, d, c, n)) for name in names]
+            if any(cells):
+                body.append([d, yes_no(c), n, *(_candidate_cell(r) for r in cells)])
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.candidates && make report"), "",
+                      "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:", "",
+                      markdown_table(["D", "causal", "N", *names], body, "llr" + "r" * len(names))])  # fmt: skip
+
+
+def _candidate_cell(row):
+    if row is None:
+        return "—"
+    if row["graph_tflops"] is None:
+        return row["check"].split(":")[0]  # "error" or "FAIL": the CSV says why
+    return f"{row['graph_tflops']:.0f}" + (f" ({row['speedup']:.2f}x)" if row["speedup"] is not None else "")
+
+
 def draw(gpu_dir):
     path = roofline.draw(gpu_dir)
     return [path] if path is not None else []
@@ -88,4 +111,5 @@ TABLES = {
     "part5-profile": table_profile,
     "part5-launch-cost": table_launch_cost,
     "part5-stages": table_stages,
+    "part5-candidates": table_candidates,
 }

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import bench, parts, results, runtime, variants
 from common.inputs import Shape, make_inputs
 
 PART = 4
@@ -42,12 +42,7 @@ FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_t
 
 
 def variant_source(name):
-    source = parts.path(PART).read_text()
-    for old, new in VARIANTS[name]:
-        if source.count(old) != 1:
-            raise ValueError(f"expected one {old.strip()!r} in part {PART}'s kernel; it has {source.count(old)}")
-        source = source.replace(old, new)
-    return source
+    return variants.apply(parts.path(PART).read_text(), VARIANTS[name], f"part {PART}'s kernel")
 
 
 def run():

@@ -108,7 +108,7 @@ def test_stage_variants_build_and_run(variant):
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
-@pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages"])
+@pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages", "candidates"])
 def test_gpu_tools_say_what_they_need(name, capsys):
     import importlib
 
@@ -136,3 +136,59 @@ def test_walkthrough_runs_in_a_fresh_process():
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "FLOPs per byte" in out.stdout
+
+
+@pytest.mark.parametrize("candidate", range(3))
+def test_every_candidate_computes_attention(candidate):
+    """A candidate change must keep the answer: each is checked here (interpreter on a CPU) on ragged,
+    causal shapes with more sequences than a launch-order group holds."""
+    from part5_profiling import candidates
+
+    assert len(candidates.CANDIDATES) == 3, "a new candidate: extend the parametrisation above"
+    module = candidates.load(list(candidates.CANDIDATES)[candidate])
+    for causal in (False, True):
+        for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16)):
+            q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
+            assert_report_ok(check_part(module, q, k, v, do, causal, grads=False), f"candidate {candidate} {shape}")
+
+
+def test_part5_tables(tmp_path):
+    """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
+    from part5_profiling import candidates, ceilings, launch_cost, profile, report, stages
+
+    write_csv(tmp_path / "part5_ceilings.csv", [
+        dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
+        dict(ceiling="memory bandwidth", shape="copy", value=4.3, unit="TB/s", method="measured", **META)],
+        ceilings.FIELDS)  # fmt: skip
+    assert "| bf16 matmul | square | 790.5 | TFLOP/s | measured |" in report.table_ceilings(tmp_path)
+
+    base = dict(target="part4", D=64, causal=1, note="", **{"pass": "fwd"}, **META)
+    write_csv(tmp_path / "part5_profile.csv", [
+        dict(base, kernel="(all kernels)", method="cupti", metric="time per call", value=250.0, unit="us"),
+        dict(base, kernel="(all kernels)", method="cupti", metric="achieved", value=300.0, unit="TFLOP/s"),
+        dict(base, kernel="_attn_fwd", method="compiler", metric="registers per thread", value=168, unit=""),
+        dict(base, kernel="_attn_fwd", method="compiler", metric="spilled registers", value=0, unit=""),
+        dict(base, kernel="(all kernels)", method="ncu", metric="unavailable", value="", unit="")], profile.FIELDS)  # fmt: skip
+    table = report.table_profile(tmp_path)
+    assert "| part4 | fwd | 64 | yes | 250.0 | 300.0 | _attn_fwd 168 | 0 | — | — | no |" in table
+
+    write_csv(tmp_path / "part5_launch_cost.csv", [
+        dict(part=4, N=512, D=128, what=w, group="", us=us, **META) for w, us in (("gpu_us", 20.0), ("host_us", 45.0),
+                                                                                   ("call_us", 47.0))]
+        + [dict(part=4, N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
+        launch_cost.FIELDS)  # fmt: skip
+    table = report.table_launch_cost(tmp_path)
+    assert "| 4 | 512 | 20.0 | 45.0 | 47.0 |" in table and "| 4 | autotuner | 9.5 |" in table
+
+    write_csv(tmp_path / "part5_stages.csv", [
+        dict(variant=v, B=4, H=8, N=4096, D=128, dtype="bf16", causal=0, graph_ms=ms, graph_tflops=1.0, delta_us=delta,
+             config="", check="", **META) for v, ms, delta in (("original", 0.5, 0.0), ("P V twice", 0.6, 100.0))],
+        stages.FIELDS)  # fmt: skip
+    assert "| 128 | no | 500 (+0) | 600 (+100) |" in report.table_stages(tmp_path)
+
+    write_csv(tmp_path / "part5_candidates.csv", [
+        dict(candidate="part 4", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, graph_tflops=400.0, speedup=1.0,
+             check="ok", **META),
+        dict(candidate="warp-specialized key loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, check="error: X",
+             **META)], candidates.FIELDS)  # fmt: skip
+    assert "| 64 | no | 4096 | 400 (1.00x) | error |" in report.table_candidates(tmp_path)

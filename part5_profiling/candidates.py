@@ -1,0 +1,96 @@
+"""Candidate changes to part 4's forward, each checked and timed on its own against the original.
+
+    python -m part5_profiling.candidates   # GPU: results/<gpu>/part5_candidates.csv
+
+A candidate is part 4's kernel file with a few lines replaced (CANDIDATES below). Unlike the stage
+variants, every candidate must compute the same attention: each is checked against the float64
+reference on the inputs it is timed on before it is timed. Part 5's kernel takes a candidate only
+where this run shows it pays. Shapes: B=4, H=8, D 64 and 128, causal and not, N = 4096 and 16384,
+bf16; CUDA-graph replay, median; each candidate autotuned for itself.
+"""
+
+import argparse
+import functools
+import sys
+
+import torch
+
+from common import bench, results, runtime, variants
+from common.inputs import Shape, make_inputs
+from part3_inner_loop.launch_order import ORDERS
+
+PART = 4
+B, H = 4, 8
+HEAD_DIMS = (64, 128)
+SEQ_LENS = (4096, 16384)
+DOC = '    """The online softmax over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""\n'
+LOOP = DOC + "    for k_start in range(lo, hi, BLOCK_N):\n"  # the forward's loop (the dQ kernel has one like it)
+CAUSAL_ORDER = (
+    "        tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS\n        bh = (pid % N_SEQS).to(tl.int64)\n"
+)
+GROUPED = ORDERS["tile-major in groups of 4 sequences, last tile first"]
+CANDIDATES = {
+    "part 4": [],
+    # Triton splits the loop's warps into a producer (the loads) and consumers (products, softmax).
+    "warp-specialized key loop": [
+        (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=True):\n")
+    ],
+    # The causal launch order of part 3's launch-order study, in groups of 4 sequences (L2 reuse).
+    "grouped causal order": [(CAUSAL_ORDER, "".join("    " + line + "\n" for line in GROUPED))],
+}
+FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
+          "check", *results.PROVENANCE]  # fmt: skip
+
+
+def load(name):
+    return variants.load(PART, CANDIDATES[name], f"part5_candidate{list(CANDIDATES).index(name)}")
+
+
+def run(seq_lens):
+    modules = {name: load(name) for name in CANDIDATES}
+    meta = results.provenance()
+    rows = []
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for n in seq_lens:
+                q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
+                flops = bench.attention_flops(B, H, n, n, d, causal)
+                base = None
+                for name, module in modules.items():
+                    row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+                    try:
+                        with torch.no_grad():
+                            o, lse = module.flash_forward(q, k, v, causal)
+                            report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
+                            row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
+                            if report.ok:
+                                ms = bench.graph_time_ms(functools.partial(module.flash_forward, q, k, v, causal))
+                                base = ms if name == "part 4" else base
+                                row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}",
+                                           speedup=f"{base / ms:.3f}" if base else "",
+                                           config=bench.chosen_config(module))  # fmt: skip
+                    except Exception as e:  # a candidate the compiler refuses: say why, go on
+                        row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+                    rows.append(row)
+                    print(f"D={d:<3} causal={causal:d} N={n:>5} {name:<26} {row.get('graph_tflops', '-'):>7} TFLOP/s "
+                          f"x{row.get('speedup', '-') or '-':<6} {row.get('config', '')}  {row['check'][:40]}",
+                          flush=True)  # fmt: skip
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
+    args = ap.parse_args(argv)
+    if not runtime.HAS_GPU or runtime.INTERPRET:
+        print("The candidates are timed on a CUDA GPU; on a CPU the tests check that each computes attention.")
+        return 0
+    rows = run(args.n or SEQ_LENS)
+    path = results.write_csv(results.results_dir() / "part5_candidates.csv", rows, FIELDS)
+    print(f"wrote {results.shown(path)}")
+    return 0 if all(r["check"].startswith("ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
