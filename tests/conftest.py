@@ -67,3 +67,20 @@ def _give_back_gpu_memory():
     yield
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a GPU, a failed test's report also says how the GPU's memory stood when it failed (this
+    process's allocated and reserved memory, and the whole GPU's free memory): with several test
+    processes sharing one GPU, it tells an out-of-memory caused by the others from one of its own."""
+    report = yield
+    if report.failed and torch.cuda.is_available():
+        try:
+            free, total = torch.cuda.mem_get_info()
+            report.sections.append(("GPU memory", f"this process: {torch.cuda.memory_allocated() / 2**30:.2f} GiB "
+                                    f"allocated, {torch.cuda.memory_reserved() / 2**30:.2f} GiB reserved; the GPU: "
+                                    f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free"))  # fmt: skip
+        except RuntimeError as e:  # a broken CUDA context cannot even say this
+            report.sections.append(("GPU memory", f"unreadable: {e}"))
+    return report
