@@ -124,8 +124,10 @@ def programs_per_sm(row, dev):
                dev["max_threads_per_multi_processor"] // 32 // warps, 32)  # fmt: skip
 
 
-def table_sweep(gpu_dir, name="part2", module="part2_tile_tuning.sweep"):
-    """The three fastest configurations of each group, with what the compiler made of them."""
+def table_sweep(gpu_dir, name="part2", module="part2_tile_tuning.sweep", grid_block="BLOCK_M"):
+    """The three fastest configurations of each group, with what the compiler made of them.
+    grid_block: the tile dimension the launch has one program per (BLOCK_N for a kernel that holds
+    a key tile, as the backward's dK/dV kernel does), for the waves column."""
     rows, dev = _sweep(gpu_dir, name), _device(gpu_dir, name)
     counts = defaultdict(int)
     for r in rows:
@@ -136,7 +138,7 @@ def table_sweep(gpu_dir, name="part2", module="part2_tile_tuning.sweep"):
     for d, c in groups(rows):
         for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
             per_sm = programs_per_sm(r, dev)
-            programs = r["B"] * r["H"] * -(-r["N"] // r["BLOCK_M"])
+            programs = r["B"] * r["H"] * -(-r["N"] // r[grid_block])
             body.append([d, "yes" if c else "no", rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
                          f"{r['tflops']:.0f}", f"{r['smem_compiled'] / 1024:.0f} KB", r["regs"], per_sm,
                          f"{programs / (per_sm * sms):.1f}"])  # fmt: skip

@@ -95,7 +95,9 @@ def draw(gpu_dir):
 TABLES = {
     "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
     "part4-bwd": lambda g: table_mode(g, "bwd"),
-    "part4-sweep-dkdv": lambda g: part2_report.table_sweep(g, "part4_dkdv", "part4_backward.sweep --kernel dkdv"),
+    "part4-sweep-dkdv": lambda g: part2_report.table_sweep(
+        g, "part4_dkdv", "part4_backward.sweep --kernel dkdv", grid_block="BLOCK_N"
+    ),
     "part4-sweep-dq": lambda g: part2_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
     "part4-dq-atomics": table_dq,
     "part4-memory": table_memory,

@@ -234,3 +234,25 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
     # = 2; D=64 at 64 KB (+1 KB reserved) 3 by shared memory, so 2; D=128 at 160 KB only 1.
     assert lines[0].split(" | ")[3] == "336 (64 KB, 2)"
     assert lines[1].split(" | ")[3:] == ["336 (160 KB, 1)", *["pruned (shared memory)"] * 3, "pruned (shared memory) |"]
+
+
+@pytest.mark.only_parts(2)
+def test_sweep_waves_count_the_programs_the_grid_launches(part, tmp_path):
+    """Waves = programs / (programs per SM x SMs), with one program per BLOCK_M rows by default and
+    per BLOCK_N rows for a kernel that holds a key tile (the backward's dK/dV)."""
+    rep = _part2_report()
+    rows = [r for r in _sweep_rows(part, [(64, 0)]) if r["status"] == "ok"]
+    for r in rows:
+        r.update(smem_compiled=r["smem_est"], regs=128)
+    results.write_csv(tmp_path / "x_sweep.csv", rows, list(rows[0]))
+    device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
+                  max_threads_per_multi_processor=2048)  # fmt: skip
+    (tmp_path / "x_device.json").write_text(json.dumps(device))
+    for block in ("BLOCK_M", "BLOCK_N"):
+        table = rep.table_sweep(tmp_path, "x", "x", grid_block=block)
+        for line in (line for line in table.splitlines() if re.match(r"\| \d", line)):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            bm, bn = (int(x) for x in cells[3].split(" x "))
+            r = next(r for r in rows if (r["BLOCK_M"], r["BLOCK_N"]) == (bm, bn))
+            programs = r["B"] * r["H"] * -(-r["N"] // (bm if block == "BLOCK_M" else bn))
+            assert float(cells[10]) == pytest.approx(programs / (int(cells[9]) * 132), abs=0.05)
