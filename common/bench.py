@@ -256,6 +256,32 @@ def measure(row, impl, mode, q, k, v, do, causal, timer, graph_timer=None):
     return row
 
 
+def measure_forward(module, q, k, v, causal, do_bench=True):
+    """Check a part's forward (or a study's variant of it: ablation steps, launch orders, candidates)
+    against the float64 reference on (q, k, v); if it passed, time it: do_bench median (the
+    protocol; skipped with do_bench=False) and CUDA-graph replay. Returns row fields: check, ms,
+    tflops, graph_ms, graph_tflops and config (what the autotuner chose)."""
+    b, h, n_q, d = q.shape
+    flops = attention_flops(b, h, n_q, k.shape[-2], d, causal)
+    with torch.no_grad():
+        o, lse = module.flash_forward(q, k, v, causal)
+        report = check_slices({"O": o, "L": lse}, q, k, v, causal)
+        out = {"check": ("ok " if report.ok else "FAIL ") + str(report)}
+        if not report.ok:
+            return out
+        fn = functools.partial(module.flash_forward, q, k, v, causal)
+        if do_bench:
+            ms = time_ms(fn)
+            out.update(ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}")
+        try:
+            gms = graph_time_ms(fn)
+            out.update(graph_ms=f"{gms:.4f}", graph_tflops=f"{flops / gms * 1e-9:.1f}")
+        except Exception as e:  # as in the benchmark: say why, keep the do_bench time
+            out["check"] += f"; no graph timing: {type(e).__name__}"
+    out["config"] = chosen_config(module)
+    return out
+
+
 def run_gpu(impls, modes, seq_lens):
     meta = results.provenance()
     meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it

@@ -13,7 +13,6 @@ it is timed on, then timed like the benchmark (do_bench median, and CUDA-graph r
 
 import argparse
 import difflib
-import functools
 import re
 import sys
 from pathlib import Path
@@ -96,24 +95,9 @@ def run(seq_lens):
         for causal in (False, True):
             for n in seq_lens:
                 q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                flops = bench.attention_flops(B, H, n, n, d, causal)
                 for i, module in enumerate(modules):
                     row = dict(step=i, label=LABELS[i], B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
-                    with torch.no_grad():
-                        o, lse = module.flash_forward(q, k, v, causal)
-                        report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
-                        row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
-                        if report.ok:
-                            fn = functools.partial(module.flash_forward, q, k, v, causal)
-                            ms = bench.time_ms(fn)
-                            row.update(
-                                ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}", config=bench.chosen_config(module)
-                            )
-                            try:
-                                gms = bench.graph_time_ms(fn)
-                                row.update(graph_ms=f"{gms:.4f}", graph_tflops=f"{flops / gms * 1e-9:.1f}")
-                            except Exception as e:  # as in the benchmark: say why, keep the do_bench time
-                                row["check"] += f"; no graph timing: {type(e).__name__}"
+                    row.update(bench.measure_forward(module, q, k, v, causal))
                     rows.append(row)
                     print(f"step {i} {LABELS[i]:<26} D={d} causal={causal:d} N={n:>5}  {row.get('tflops', '-'):>7} "
                           f"TFLOP/s (graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:40]}",

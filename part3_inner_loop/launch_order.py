@@ -21,7 +21,6 @@ order for every call (nothing else changes), checked against the float64 referen
 """
 
 import argparse
-import functools
 import sys
 
 import torch
@@ -101,19 +100,10 @@ def run(seq_lens):
         for causal in (False, True):
             for n in seq_lens:
                 q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                flops = bench.attention_flops(B, H, n, n, d, causal)
                 for order, module in modules.items():
                     row = dict(order=order, shipped=int(order == shipped[causal]), B=B, H=H, N=n, D=d, dtype="bf16",
                                causal=int(causal), **meta)  # fmt: skip
-                    with torch.no_grad():
-                        o, lse = module.flash_forward(q, k, v, causal)
-                        report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
-                        row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
-                        if report.ok:
-                            fn = functools.partial(module.flash_forward, q, k, v, causal)
-                            ms, gms = bench.time_ms(fn), bench.graph_time_ms(fn)
-                            row.update(ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}", graph_ms=f"{gms:.4f}",
-                                       graph_tflops=f"{flops / gms * 1e-9:.1f}", config=bench.chosen_config(module))  # fmt: skip
+                    row.update(bench.measure_forward(module, q, k, v, causal))
                     rows.append(row)
                     print(f"{order:<32} D={d} causal={causal:d} N={n:>5}  {row.get('tflops', '-'):>7} TFLOP/s "
                           f"(graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:30]}",

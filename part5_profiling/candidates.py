@@ -10,7 +10,6 @@ bf16; CUDA-graph replay, median; each candidate autotuned for itself.
 """
 
 import argparse
-import functools
 import sys
 
 import torch
@@ -54,21 +53,15 @@ def run(seq_lens):
         for causal in (False, True):
             for n in seq_lens:
                 q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                flops = bench.attention_flops(B, H, n, n, d, causal)
                 base = None
                 for name, module in modules.items():
                     row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
                     try:
-                        with torch.no_grad():
-                            o, lse = module.flash_forward(q, k, v, causal)
-                            report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
-                            row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
-                            if report.ok:
-                                ms = bench.graph_time_ms(functools.partial(module.flash_forward, q, k, v, causal))
-                                base = ms if name == "part 4" else base
-                                row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}",
-                                           speedup=f"{base / ms:.3f}" if base else "",
-                                           config=bench.chosen_config(module))  # fmt: skip
+                        row.update(bench.measure_forward(module, q, k, v, causal, do_bench=False))
+                        if "graph_ms" in row:
+                            ms = float(row["graph_ms"])
+                            base = ms if name == "part 4" else base
+                            row["speedup"] = f"{base / ms:.3f}" if base else ""
                     except Exception as e:  # a candidate the compiler refuses: say why, go on
                         row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
                     rows.append(row)

@@ -144,3 +144,26 @@ def test_pytorch_backwards_are_timed_only_where_they_finish():
         assert impl.runs("bwd", 2 * n) == impl.runs("fwd+bwd", 2 * n) == (not pytorch_backward)
         assert impl.runs("bwd", n) == (impl.max_n is None or n <= impl.max_n)
         assert impl.backward_graph == (parts.uses_triton(part) and not pytorch_backward)
+
+
+@pytest.mark.only_parts(3)
+def test_measure_forward_checks_before_it_times(part, monkeypatch):
+    """The studies' shared step (ablation, launch orders, candidates): a right forward is checked,
+    then timed both ways; a wrong one is not timed at all."""
+    import types
+
+    timed = []
+    monkeypatch.setattr(bench, "time_ms", lambda fn: timed.append("do_bench") or 2.0)
+    monkeypatch.setattr(bench, "graph_time_ms", lambda fn: timed.append("graph") or 1.0)
+    q, k, v, _ = _inputs()
+    row = bench.measure_forward(parts.load(part), q, k, v, True)
+    assert row["check"].startswith("ok") and timed == ["do_bench", "graph"]
+    assert (row["ms"], row["graph_ms"]) == ("2.0000", "1.0000")
+    assert row["graph_tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True) / 1.0 * 1e-9:.1f}"
+    timed.clear()
+    assert "ms" not in bench.measure_forward(parts.load(part), q, k, v, True, do_bench=False) and timed == ["graph"]
+    timed.clear()
+    module = parts.load(part)
+    wrong = types.SimpleNamespace(flash_forward=lambda q, k, v, c: module.flash_forward(q, k, v, not c))
+    row = bench.measure_forward(wrong, q, k, v, True)
+    assert row["check"].startswith("FAIL") and not timed and "graph_ms" not in row
