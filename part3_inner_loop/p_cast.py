@@ -7,7 +7,8 @@ multiply 16-bit operands). Kept in float32 instead, V must be widened and the pr
 The three variants are part 3's kernel with one or two lines changed (VARIANTS below). Accuracy:
 max |O - O_ref| against the float64 reference, bf16 and fp16 inputs, several N and score sizes
 (q and k scaled so the scores S have standard deviation 1 or 4), beside PyTorch's own attention in
-the input dtype (the baseline of the tests' tolerance rule). Speed: each variant timed at N = 4096 (IEEE at D = 64 only).
+the input dtype (the baseline of the tests' tolerance rule). Speed: each variant timed at
+N = 4096 (IEEE at D = 64 only).
 """
 
 import argparse

@@ -4,9 +4,10 @@
 
 For each implementation and N, from an empty allocator: make q, k, v and dO (B=4, H=8, D=64, bf16),
 run the forward and the backward once (compiling and autotuning), reset the peak, run them again,
-and record the peak memory allocated minus what the inputs themselves hold. Materialising attention needs B*H*N^2 scores (and their gradient):
-quadratic. FlashAttention keeps O, L and the gradients: linear in N. An implementation that runs
-out of memory (or refuses the shape) is recorded as such.
+and record the peak memory allocated minus what the inputs themselves hold. Materialising
+attention needs B*H*N^2 scores (and their gradient): quadratic. FlashAttention keeps O, L and the
+gradients: linear in N. An implementation that runs out of memory (or refuses the shape) is
+recorded as such.
 """
 
 import argparse
