@@ -192,3 +192,33 @@ def test_part5_tables(tmp_path):
         dict(candidate="warp-specialized key loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, check="error: X",
              **META)], candidates.FIELDS)  # fmt: skip
     assert "| 64 | no | 4096 | 400 (1.00x) | error |" in report.table_candidates(tmp_path)
+
+
+def test_ncu_rows_from_a_run(monkeypatch):
+    """ncu_rows on ncu's output (a stand-in process returns NCU_CSV): counters become rows with
+    their units, stalls are ranked, and a failed run becomes one 'unavailable' row saying why."""
+    import subprocess
+
+    from part5_profiling import profile
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=NCU_CSV, stderr="")
+
+    monkeypatch.setattr(profile.shutil, "which", lambda name: "/usr/bin/ncu")
+    monkeypatch.setattr(profile.subprocess, "run", fake_run)
+    stalls = ["smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+              "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]  # fmt: skip
+    rows = profile.ncu_rows("part4", "fwd", 128, False, ["dram__bytes_read.sum", "gpu__time_duration.sum"], stalls)
+    assert "--clock-control" in calls[0] and calls[0][calls[0].index("--clock-control") + 1] == "none"
+    got = {r["metric"]: (r["value"], r["unit"]) for r in rows}
+    assert got["DRAM bytes read"] == ("100.5", "Mbyte") and got["duration"] == ("250.25", "usecond")
+    assert got["stall #1: wait"][0] == "1.50" and got["stall #2: long_scoreboard"][0] == "0.75"
+    assert "not offered by this ncu" in got  # the metrics not asked for are named
+
+    monkeypatch.setattr(profile.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, stdout="==ERROR== ERR_NVGPUCTRPERM - no permission\n", stderr=""))  # fmt: skip
+    rows = profile.ncu_rows("part4", "fwd", 128, False, ["gpu__time_duration.sum"], [])
+    assert [r["metric"] for r in rows] == ["unavailable"] and "ERR_NVGPUCTRPERM" in rows[0]["note"]
