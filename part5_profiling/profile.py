@@ -59,6 +59,7 @@ NCU_METRICS = {
     "launch__grid_size": "programs (grid size)",
     "launch__block_size": "threads per program",
 }
+NCU_MAX_LAUNCHES = 20  # ncu replays each launch many times: a cap, far above the 1-3 kernels of a pass
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active")
 TOP_STALLS = 4
 
@@ -218,7 +219,8 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
         ]
 
     def run_ncu(metrics):
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all", "--csv",
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+               "--launch-count", str(NCU_MAX_LAUNCHES), "--csv",
                "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m", "part5_profiling.profile",
                "--child", target, pass_, str(d), str(int(causal))]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
@@ -312,6 +314,11 @@ def main(argv=None):
         targets = [f"part{n}" for n in parts.require(args.part)] if args.part else []
     except ValueError as e:
         print(e, file=sys.stderr)
+        return 2
+    pytorch_only = [t for t in targets if not parts.uses_triton(int(t.removeprefix("part")))]
+    if pytorch_only:
+        print(f"{', '.join(pytorch_only)}: PyTorch loops of thousands of small launches, not a kernel to profile "
+              "(the benchmark times it); profile the Triton parts, 1 on", file=sys.stderr)  # fmt: skip
         return 2
     targets += [f"sdpa_{b}" for b in args.sdpa or ()]
     if not targets:

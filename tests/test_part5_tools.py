@@ -222,3 +222,10 @@ def test_ncu_rows_from_a_run(monkeypatch):
         cmd, 1, stdout="==ERROR== ERR_NVGPUCTRPERM - no permission\n", stderr=""))  # fmt: skip
     rows = profile.ncu_rows("part4", "fwd", 128, False, ["gpu__time_duration.sum"], [])
     assert [r["metric"] for r in rows] == ["unavailable"] and "ERR_NVGPUCTRPERM" in rows[0]["note"]
+
+
+def test_profile_refuses_the_pytorch_part(capsys):
+    from part5_profiling import profile
+
+    assert profile.main(["--part", "0"]) == 2
+    assert "part0" in capsys.readouterr().err
