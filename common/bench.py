@@ -4,6 +4,7 @@
     python -m common.bench --part 1             # one part (SDPA baselines are always timed alongside)
     python -m common.bench --quick              # N = 1024 and 4096 only
     python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
+    python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
 Modes: fwd (the default) times the forward; fwd+bwd times the forward followed by the gradients of
@@ -47,6 +48,7 @@ MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of b
 SDPA_BACKENDS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient",
                  "math": "SDPA math", "default": "SDPA default"}  # fmt: skip
 
+FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
 FIELDS = ["impl", "part", "B", "H", "N", "D", "dtype", "causal", "mode", "ms", "tflops", "graph_ms", "graph_tflops",
           "backend", "check", "gpu", "torch", "triton", "commit", "date", "run_id", "command"]  # fmt: skip
 KEY = ("impl", "B", "H", "N", "D", "dtype", "causal", "mode")
@@ -85,6 +87,8 @@ class Impl:
 
 def impl_label(name):
     """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)"."""
+    if name == FLEX:
+        return "FlexAttention"
     return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
 
 
@@ -117,6 +121,38 @@ def sdpa_impl(backend):
     return Impl(name=f"sdpa_{backend}", forward=lambda q, k, v, c: {"O": sdpa(q, k, v, c)}, attention=sdpa,
                 context=functools.partial(sdpa_context, backend), max_n=MATH_MAX_N if backend == "math" else None,
                 backend=chosen)  # fmt: skip
+
+
+def _causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx  # top-left alignment, as every part and SDPA's is_causal
+
+
+@functools.cache
+def _flex():
+    """flex_attention compiled once (torch.compile generates its Triton kernels per shape on first use)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.cache
+def _block_mask(n_q, n_k, device):
+    """The causal block mask for one shape, built once (building it is work on the GPU of its own)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(_causal, B=None, H=None, Q_LEN=n_q, KV_LEN=n_k, device=device)
+
+
+def flex(q, k, v, causal):
+    """FlexAttention, compiled: PyTorch's template for attention variants, generated as Triton kernels."""
+    mask = _block_mask(q.shape[-2], k.shape[-2], str(q.device)) if causal else None
+    return _flex()(q, k, v, block_mask=mask)
+
+
+def flex_impl():
+    """FlexAttention beside SDPA. Its first call at each shape compiles (tens of seconds), so the
+    benchmark times it only when asked (--flex); the check runs first and compiles it."""
+    return Impl(name=FLEX, forward=lambda q, k, v, c: {"O": flex(q, k, v, c)}, attention=flex)
 
 
 def sdpa_fn(name, q, k, v, causal):
@@ -307,7 +343,12 @@ def run_gpu(impls, modes, seq_lens):
 def row_order(r):
     """bench.csv's order: mode, D, causal, then parts by number and SDPA backends as listed, then N."""
     part = str(r["part"])
-    impl = (0, int(part)) if part else (1, list(SDPA_BACKENDS).index(r["impl"].removeprefix("sdpa_")))
+    if part:
+        impl = (0, int(part))
+    elif r["impl"] == FLEX:
+        impl = (2, 0)
+    else:
+        impl = (1, list(SDPA_BACKENDS).index(r["impl"].removeprefix("sdpa_")))
     return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl, int(r["N"]))
 
 
@@ -341,6 +382,7 @@ def main(argv=None):
     ap.add_argument("--n", type=int, action="append", help="sequence length (repeatable); default: the full grid")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
+    ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape: slow to start)")
     args = ap.parse_args(argv)
     try:
         part_numbers = parts.require(args.part) if args.part else parts.available()
@@ -354,6 +396,7 @@ def main(argv=None):
     impls = [part_impl(n) for n in part_numbers]
     backends = args.sdpa or list(SDPA_BACKENDS)
     impls += [] if args.no_sdpa else [sdpa_impl(name) for name in backends]
+    impls += [flex_impl()] if args.flex else []
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     rows = run_gpu(impls, modes, args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS))
     path = results.write_csv(results.results_dir() / "bench.csv", rows, FIELDS, key=KEY, sort=row_order)

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from common import ROOT, parts, results
-from common.bench import SDPA_BACKENDS, attention_flops, impl_label
+from common.bench import FLEX, SDPA_BACKENDS, attention_flops, impl_label
 from common.results import markdown_table, provenance_line, read_csv
 
 MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
@@ -61,7 +61,11 @@ def impls_in(rows):
     """The implementations in rows: parts by number, then SDPA's backends in the benchmark's order."""
     part_of = {r["impl"]: r["part"] for r in rows}
     in_parts = sorted((impl for impl, part in part_of.items() if part is not None), key=part_of.get)
-    return in_parts + [f"sdpa_{b}" for b in SDPA_BACKENDS if f"sdpa_{b}" in part_of]
+    return (
+        in_parts
+        + [f"sdpa_{b}" for b in SDPA_BACKENDS if f"sdpa_{b}" in part_of]
+        + [name for name in (FLEX,) if name in part_of]
+    )
 
 
 def _panel_figure(draw_panel, ylabel, title):

@@ -167,3 +167,21 @@ def test_measure_forward_checks_before_it_times(part, monkeypatch):
     wrong = types.SimpleNamespace(flash_forward=lambda q, k, v, c: module.flash_forward(q, k, v, not c))
     row = bench.measure_forward(wrong, q, k, v, True)
     assert row["check"].startswith("FAIL") and not timed and "graph_ms" not in row
+
+
+def test_flex_attention_is_checked_like_sdpa(monkeypatch):
+    """FlexAttention's causal mask is top-left aligned like everything else: its O and gradients pass
+    the same checks (run eagerly here; the benchmark compiles it)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    monkeypatch.setattr(bench, "_flex", lambda: flex_attention)
+    bench._block_mask.cache_clear()
+    q, k, v, do = make_inputs(Shape((1, 2), 48, 48, 16), torch.float32, "cpu", seed=9)
+    impl = bench.flex_impl()
+    modes = ("fwd", "fwd+bwd") if torch.cuda.is_available() else ("fwd",)  # no Flex backward on a CPU
+    q, k, v, do = (t.to(DEVICE) for t in (q, k, v, do))
+    for causal in (False, True):
+        for mode in modes:
+            report = bench.check(impl, mode, q, k, v, do, causal)
+            assert report.ok, f"causal={causal} {mode}: {report}"
+    assert bench.impl_label(bench.FLEX) == "FlexAttention"
