@@ -3,7 +3,7 @@ backward) and SDPA, the two backward sweeps, dQ by a second pass or by atomics, 
 `make report` fills the README blocks named in TABLES and calls draw().
 """
 
-from common.bench import impl_label
+from common.bench import FLEX, impl_label
 from common.report import PANELS, percent, tflops, tflops_index, yes_no
 from common.results import markdown_table, provenance_line, read_csv
 from part2_tile_tuning import report as part2_report
@@ -11,21 +11,25 @@ from part4_backward.dq_atomics import REPEATS
 
 
 def table_mode(gpu_dir, mode):
-    """Part 4 in one mode (fwd+bwd or bwd) against part 3 and SDPA flash and cuDNN, at every N."""
+    """Part 4 in one mode (fwd+bwd or bwd) against part 3 and SDPA flash and cuDNN, at every N; and
+    against FlexAttention where the CSV has it (`python -m common.bench --flex`)."""
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == mode]
     idx = tflops_index(rows, mode=mode)
-    cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", "part 4 / part 3", "part 4 / flash", "part 4 / cuDNN"]
+    has_flex = any(r["impl"] == FLEX for r in rows)
+    cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", *(["FlexAttention"] if has_flex else []),
+            "part 4 / part 3", "part 4 / flash", "part 4 / cuDNN", *(["part 4 / Flex"] if has_flex else [])]  # fmt: skip
     body = []
     for d, c in PANELS:
         for n in sorted({r["N"] for r in rows}):
             mine = idx.get(("part4", d, c, n))
             if mine is None:
                 continue
-            p3, fl, cu = (idx.get((impl, d, c, n)) for impl in ("part3", "sdpa_flash", "sdpa_cudnn"))
+            p3, fl, cu, fx = (idx.get((impl, d, c, n)) for impl in ("part3", "sdpa_flash", "sdpa_cudnn", FLEX))
             ratio = f"{mine / p3:.0f}x" if p3 else "—"
-            body.append([d, yes_no(c), n, tflops(p3), f"**{tflops(mine)}**", tflops(fl), tflops(cu), ratio,
-                         percent(mine, fl), percent(mine, cu)])  # fmt: skip
-    compared = [r for r in rows if r["impl"] in ("part3", "part4", "sdpa_flash", "sdpa_cudnn")]
+            body.append([d, yes_no(c), n, tflops(p3), f"**{tflops(mine)}**", tflops(fl), tflops(cu),
+                         *([tflops(fx)] if has_flex else []), ratio, percent(mine, fl), percent(mine, cu),
+                         *([percent(mine, fx)] if has_flex else [])])  # fmt: skip
+    compared = [r for r in rows if r["impl"] in ("part3", "part4", "sdpa_flash", "sdpa_cudnn", FLEX)]
     what = "forward + backward" if mode == "fwd+bwd" else "backward alone"
     return "\n".join([provenance_line(compared, f"python -m common.bench --mode {mode} && make report"), "",
                       f"{what.capitalize()}, TFLOP/s (the backward counts 2.5 times the forward's FLOPs), B=4, H=8, "
