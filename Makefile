@@ -88,7 +88,7 @@ results: $(ENV)
 	$(PYTHON) -m part3_inner_loop.sweep
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv
 	$(PYTHON) -m part4_backward.sweep --kernel dq
-	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd
+	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd --flex
 	$(PYTHON) -m part2_tile_tuning.autotune_cost
 	$(PYTHON) -m part3_inner_loop.ablation
 	$(PYTHON) -m part3_inner_loop.p_cast
