@@ -318,7 +318,9 @@ def measure_forward(module, q, k, v, causal, do_bench=True):
     return out
 
 
-def run_gpu(impls, modes, seq_lens):
+def run_gpu(impls, modes, seq_lens, save=None):
+    """Check and time every implementation; save(rows so far), if given, after each shape, so a run
+    cut short keeps what it measured."""
     meta = results.provenance()
     meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it
     print(f"benchmark on {runtime.describe()}, commit {meta['commit']}", flush=True)
@@ -337,6 +339,8 @@ def run_gpu(impls, modes, seq_lens):
                               f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
                               flush=True)  # fmt: skip
                 torch.cuda.empty_cache()
+                if save is not None:
+                    save(rows)
     return rows
 
 
@@ -398,8 +402,13 @@ def main(argv=None):
     impls += [] if args.no_sdpa else [sdpa_impl(name) for name in backends]
     impls += [flex_impl()] if args.flex else []
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
-    rows = run_gpu(impls, modes, args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS))
-    path = results.write_csv(results.results_dir() / "bench.csv", rows, FIELDS, key=KEY, sort=row_order)
+    path = results.results_dir() / "bench.csv"
+
+    def save(rows):
+        results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
+
+    rows = run_gpu(impls, modes, args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS), save)
+    save(rows)
     failed = [r for r in rows if r["check"].startswith("FAIL")]
     print(f"wrote {len(rows)} rows to {results.shown(path)}")
     if failed:

@@ -87,7 +87,7 @@ def load_step(i, source):
     return parts.load_source(f"part3_step{i}", source)
 
 
-def run(seq_lens):
+def run(seq_lens, save=None):
     modules = [load_step(i, s) for i, s in enumerate(step_sources())]
     meta = results.provenance()
     rows = []
@@ -103,6 +103,8 @@ def run(seq_lens):
                           f"TFLOP/s (graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:40]}",
                           flush=True)  # fmt: skip
                 torch.cuda.empty_cache()
+                if save is not None:
+                    save(rows)
     return rows
 
 
@@ -123,9 +125,14 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The ablation times compiled kernels and needs a CUDA GPU; `--show N` prints any step's kernel.")
         return 0
-    rows = run((4096,) if args.quick else SEQ_LENS)
-    path = results.write_csv(results.results_dir() / "part3_ablation.csv", rows, FIELDS)
-    print(f"wrote {path}")
+    path = results.results_dir() / "part3_ablation.csv"
+
+    def save(rows):  # after every shape too: a run cut short keeps what it measured
+        results.write_csv(path, rows, FIELDS)
+
+    rows = run((4096,) if args.quick else SEQ_LENS, save)
+    save(rows)
+    print(f"wrote {results.shown(path)}")
     failed = [r for r in rows if not r["check"].startswith("ok")]
     return 1 if failed else 0
 

@@ -91,7 +91,7 @@ def shipped_order(causal):
     return None
 
 
-def run(seq_lens):
+def run(seq_lens, save=None):
     modules = {order: parts.load_source(f"part3_order{i}", variant_source(order)) for i, order in enumerate(ORDERS)}
     shipped = {causal: shipped_order(causal) for causal in (False, True)}
     meta = results.provenance()
@@ -109,6 +109,8 @@ def run(seq_lens):
                           f"(graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:30]}",
                           flush=True)  # fmt: skip
                 torch.cuda.empty_cache()
+                if save is not None:
+                    save(rows)
     return rows
 
 
@@ -119,8 +121,13 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The launch-order study times compiled kernels and needs a CUDA GPU.")
         return 0
-    rows = run(args.n or SEQ_LENS)
-    path = results.write_csv(results.results_dir() / "part3_launch_order.csv", rows, FIELDS)
+    path = results.results_dir() / "part3_launch_order.csv"
+
+    def save(rows):  # after every shape too: a run cut short keeps what it measured
+        results.write_csv(path, rows, FIELDS)
+
+    rows = run(args.n or SEQ_LENS, save)
+    save(rows)
     print(f"wrote {results.shown(path)}")
     return 0 if all(r["check"].startswith("ok") for r in rows) else 1
 

@@ -95,7 +95,7 @@ def main(argv=None):
     results.write_csv(path, rows, FIELDS)  # written twice: the accuracy rows survive a cut-short speed run
     rows += speed_rows(modules, meta)
     results.write_csv(path, rows, FIELDS)
-    print(f"wrote {path}")
+    print(f"wrote {results.shown(path)}")
     return 0
 
 

@@ -45,7 +45,7 @@ def load(name):
     return variants.load(PART, CANDIDATES[name], f"part5_candidate{list(CANDIDATES).index(name)}")
 
 
-def run(seq_lens):
+def run(seq_lens, save=None):
     modules = {name: load(name) for name in CANDIDATES}
     meta = results.provenance()
     rows = []
@@ -69,6 +69,8 @@ def run(seq_lens):
                           f"x{row.get('speedup', '-') or '-':<6} {row.get('config', '')}  {row['check'][:40]}",
                           flush=True)  # fmt: skip
                 torch.cuda.empty_cache()
+                if save is not None:
+                    save(rows)
     return rows
 
 
@@ -79,8 +81,13 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The candidates are timed on a CUDA GPU; on a CPU the tests check that each computes attention.")
         return 0
-    rows = run(args.n or SEQ_LENS)
-    path = results.write_csv(results.results_dir() / "part5_candidates.csv", rows, FIELDS)
+    path = results.results_dir() / "part5_candidates.csv"
+
+    def save(rows):  # after every shape too: a run cut short keeps what it measured
+        results.write_csv(path, rows, FIELDS)
+
+    rows = run(args.n or SEQ_LENS, save)
+    save(rows)
     print(f"wrote {results.shown(path)}")
     return 0 if all(r["check"].startswith("ok") for r in rows) else 1
 

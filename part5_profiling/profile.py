@@ -272,7 +272,7 @@ def child(target, pass_, d, causal):
 
 
 # ------------------------------------------------------------------------------------ main
-def profile(targets, use_ncu):
+def profile(targets, use_ncu, save=None):
     meta = results.provenance()
     wanted, stall_metrics = [], []
     if use_ncu and shutil.which("ncu"):
@@ -295,6 +295,8 @@ def profile(targets, use_ncu):
                     print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total['value']:>7} TFLOP/s  ({counters})",
                           flush=True)  # fmt: skip
                     torch.cuda.empty_cache()
+                    if save is not None:  # after every shape too: a run cut short keeps what it measured
+                        save(rows)
     return rows
 
 
@@ -327,8 +329,13 @@ def main(argv=None):
         print("Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
               "README and walkthrough show the committed results.")  # fmt: skip
         return 0
-    rows = profile(targets, use_ncu=not args.no_ncu)
-    path = results.write_csv(results.results_dir() / "part5_profile.csv", rows, FIELDS, key=KEY)
+    path = results.results_dir() / "part5_profile.csv"
+
+    def save(rows):
+        results.write_csv(path, rows, FIELDS, key=KEY)
+
+    rows = profile(targets, use_ncu=not args.no_ncu, save=save)
+    save(rows)
     print(f"wrote {len(rows)} rows to {results.shown(path)}")
     return 0
 

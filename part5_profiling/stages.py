@@ -45,7 +45,7 @@ def variant_source(name):
     return variants.apply(parts.path(PART).read_text(), VARIANTS[name], f"part {PART}'s kernel")
 
 
-def run():
+def run(save=None):
     modules = {name: parts.load_source(f"part5_stage{i}", variant_source(name)) for i, name in enumerate(VARIANTS)}
     meta = results.provenance()
     rows = []
@@ -72,6 +72,8 @@ def run():
                 print(f"D={d:<3} causal={causal:d} {name:<12} {ms * 1e3:8.1f} us  {(ms - base_ms) * 1e3:+8.1f} us  "
                       f"{bench.chosen_config(module)}", flush=True)  # fmt: skip
             torch.cuda.empty_cache()
+            if save is not None:
+                save(rows)
     return rows
 
 
@@ -80,8 +82,13 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The stage timings need a CUDA GPU.")
         return 0
-    rows = run()
-    path = results.write_csv(results.results_dir() / "part5_stages.csv", rows, FIELDS)
+    path = results.results_dir() / "part5_stages.csv"
+
+    def save(rows):  # after every shape too: a run cut short keeps what it measured
+        results.write_csv(path, rows, FIELDS)
+
+    rows = run(save)
+    save(rows)
     print(f"wrote {results.shown(path)}")
     return 0 if all(not r["check"].startswith("FAIL") for r in rows) else 1
 
