@@ -117,7 +117,7 @@ def cupti_rows(target, impl, pass_, d, causal):
         for _ in range(3):  # compile, autotune, warm caches
             fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(REPEATS):
                 fn()
             torch.cuda.synchronize()
