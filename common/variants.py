@@ -19,3 +19,35 @@ def apply(source, replacements, where="the kernel"):
 def load(part, replacements, name):
     """Part `part`'s kernel file with the replacements applied, imported as module `name`."""
     return parts.load_source(name, apply(parts.path(part).read_text(), replacements, f"part {part}'s kernel"))
+
+
+def time_forwards(modules, row_for, seq_lens, head_dims=(64, 128), b=4, h=8, do_bench=True, save=None):
+    """Check and time each module's forward ({label: module}: ablation steps, launch orders,
+    candidates) on the same bf16 inputs, for every D in head_dims, causal and not, and N in seq_lens
+    (B=b, H=h). row_for(label, causal) gives a row's own columns; each row also gets the shape, what
+    bench.measure_forward returns and the provenance. A module that fails to compile or run gets an
+    "error: ..." check instead. save(rows so far), if given, runs after every shape."""
+    import torch
+
+    from common import bench, results, runtime
+    from common.inputs import Shape, make_inputs
+
+    meta, rows = results.provenance(), []
+    for d in head_dims:
+        for causal in (False, True):
+            for n in seq_lens:
+                q, k, v, _ = make_inputs(Shape((b, h), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
+                for label, module in modules.items():
+                    row = dict(row_for(label, causal), B=b, H=h, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+                    try:
+                        row.update(bench.measure_forward(module, q, k, v, causal, do_bench=do_bench))
+                    except Exception as e:  # a variant the compiler refuses: say why, go on
+                        row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+                    rows.append(row)
+                    print(f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
+                          f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}",
+                          flush=True)  # fmt: skip
+                torch.cuda.empty_cache()
+                if save is not None:
+                    save(rows)
+    return rows

@@ -17,10 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-import torch
-
-from common import bench, parts, results, runtime
-from common.inputs import Shape, make_inputs
+from common import parts, results, runtime, variants
 
 STEPS_DIR = Path(__file__).resolve().parent / "steps"
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
@@ -88,24 +85,9 @@ def load_step(i, source):
 
 
 def run(seq_lens, save=None):
-    modules = [load_step(i, s) for i, s in enumerate(step_sources())]
-    meta = results.provenance()
-    rows = []
-    for d in HEAD_DIMS:
-        for causal in (False, True):
-            for n in seq_lens:
-                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                for i, module in enumerate(modules):
-                    row = dict(step=i, label=LABELS[i], B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
-                    row.update(bench.measure_forward(module, q, k, v, causal))
-                    rows.append(row)
-                    print(f"step {i} {LABELS[i]:<26} D={d} causal={causal:d} N={n:>5}  {row.get('tflops', '-'):>7} "
-                          f"TFLOP/s (graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:40]}",
-                          flush=True)  # fmt: skip
-                torch.cuda.empty_cache()
-                if save is not None:
-                    save(rows)
-    return rows
+    modules = {LABELS[i]: load_step(i, s) for i, s in enumerate(step_sources())}
+    return variants.time_forwards(modules, lambda label, causal: dict(step=LABELS.index(label), label=label), seq_lens,
+                                  HEAD_DIMS, B, H, save=save)  # fmt: skip
 
 
 def main(argv=None):

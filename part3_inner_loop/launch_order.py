@@ -23,10 +23,7 @@ order for every call (nothing else changes), checked against the float64 referen
 import argparse
 import sys
 
-import torch
-
-from common import bench, parts, results, runtime
-from common.inputs import Shape, make_inputs
+from common import parts, results, runtime, variants
 
 # What each order puts after `pid = tl.program_id(0)` in place of part 3's choice.
 ORDERS = {
@@ -94,24 +91,8 @@ def shipped_order(causal):
 def run(seq_lens, save=None):
     modules = {order: parts.load_source(f"part3_order{i}", variant_source(order)) for i, order in enumerate(ORDERS)}
     shipped = {causal: shipped_order(causal) for causal in (False, True)}
-    meta = results.provenance()
-    rows = []
-    for d in HEAD_DIMS:
-        for causal in (False, True):
-            for n in seq_lens:
-                q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                for order, module in modules.items():
-                    row = dict(order=order, shipped=int(order == shipped[causal]), B=B, H=H, N=n, D=d, dtype="bf16",
-                               causal=int(causal), **meta)  # fmt: skip
-                    row.update(bench.measure_forward(module, q, k, v, causal))
-                    rows.append(row)
-                    print(f"{order:<32} D={d} causal={causal:d} N={n:>5}  {row.get('tflops', '-'):>7} TFLOP/s "
-                          f"(graph {row.get('graph_tflops', '-'):>7})  {row.get('config', '')}  {row['check'][:30]}",
-                          flush=True)  # fmt: skip
-                torch.cuda.empty_cache()
-                if save is not None:
-                    save(rows)
-    return rows
+    return variants.time_forwards(modules, lambda order, causal: dict(order=order, shipped=int(order == shipped[causal])),
+                                  seq_lens, HEAD_DIMS, B, H, save=save)  # fmt: skip
 
 
 def main(argv=None):

@@ -12,10 +12,7 @@ bf16; CUDA-graph replay, median; each candidate autotuned for itself.
 import argparse
 import sys
 
-import torch
-
-from common import bench, results, runtime, variants
-from common.inputs import Shape, make_inputs
+from common import results, runtime, variants
 from part3_inner_loop.launch_order import ORDERS
 
 PART = 4
@@ -47,30 +44,13 @@ def load(name):
 
 def run(seq_lens, save=None):
     modules = {name: load(name) for name in CANDIDATES}
-    meta = results.provenance()
-    rows = []
-    for d in HEAD_DIMS:
-        for causal in (False, True):
-            for n in seq_lens:
-                q, k, v, _ = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                base = None
-                for name, module in modules.items():
-                    row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
-                    try:
-                        row.update(bench.measure_forward(module, q, k, v, causal, do_bench=False))
-                        if "graph_ms" in row:
-                            ms = float(row["graph_ms"])
-                            base = ms if name == "part 4" else base
-                            row["speedup"] = f"{base / ms:.3f}" if base else ""
-                    except Exception as e:  # a candidate the compiler refuses: say why, go on
-                        row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
-                    rows.append(row)
-                    print(f"D={d:<3} causal={causal:d} N={n:>5} {name:<26} {row.get('graph_tflops', '-'):>7} TFLOP/s "
-                          f"x{row.get('speedup', '-') or '-':<6} {row.get('config', '')}  {row['check'][:40]}",
-                          flush=True)  # fmt: skip
-                torch.cuda.empty_cache()
-                if save is not None:
-                    save(rows)
+    rows = variants.time_forwards(modules, lambda name, causal: dict(candidate=name), seq_lens, HEAD_DIMS, B, H,
+                                  do_bench=False, save=save)  # fmt: skip
+    base = {(r["D"], r["causal"], r["N"]): float(r["graph_ms"]) for r in rows
+            if r["candidate"] == "part 4" and r.get("graph_ms")}  # fmt: skip
+    for r in rows:
+        if r.get("graph_ms") and (r["D"], r["causal"], r["N"]) in base:
+            r["speedup"] = f"{base[(r['D'], r['causal'], r['N'])] / float(r['graph_ms']):.3f}"
     return rows
 
 

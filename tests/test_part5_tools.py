@@ -229,3 +229,27 @@ def test_profile_refuses_the_pytorch_part(capsys):
 
     assert profile.main(["--part", "0"]) == 2
     assert "part0" in capsys.readouterr().err
+
+
+def test_time_forwards_rows_errors_and_saves(monkeypatch):
+    """The studies' shared loop: one row per module and shape, with the row's own columns; a module
+    that raises gets an error check and the loop goes on; save() runs after every shape."""
+    from common import bench, variants
+
+    def measure(module, q, k, v, causal, do_bench=True):
+        if module == "broken":
+            raise RuntimeError("out of resources: shared memory\nmore detail")
+        return {"check": "ok", "graph_ms": f"{q.shape[-2] / 1000:.4f}"}
+
+    monkeypatch.setattr(bench, "measure_forward", measure)
+    saved = []
+    rows = variants.time_forwards({"fine": "fine", "broken": "broken"}, lambda label, causal: dict(name=label, c=causal),
+                                  (16, 32), head_dims=(16,), b=1, h=1, save=lambda rows: saved.append(len(rows)))  # fmt: skip
+    assert len(rows) == 2 * 2 * 2 and saved == [2, 4, 6, 8]
+    fine = [r for r in rows if r["name"] == "fine"]
+    assert [(r["causal"], r["N"], r["graph_ms"]) for r in fine] == [(0, 16, "0.0160"), (0, 32, "0.0320"),
+                                                                  (1, 16, "0.0160"), (1, 32, "0.0320")]  # fmt: skip
+    assert all(r["c"] == bool(r["causal"]) for r in rows)
+    assert {r["check"] for r in rows if r["name"] == "broken"} == {
+        "error: RuntimeError: out of resources: shared memory"
+    }
