@@ -2,7 +2,10 @@
 (what casting P costs, a launch order, a stage doubled, a candidate optimisation) build each variant
 this way, so the variant is the shipped kernel with only the named lines different."""
 
-from common import parts
+import torch
+
+from common import bench, parts, results, runtime
+from common.inputs import Shape, make_inputs
 
 
 def apply(source, replacements, where="the kernel"):
@@ -27,11 +30,6 @@ def time_forwards(modules, row_for, seq_lens, head_dims=(64, 128), b=4, h=8, do_
     (B=b, H=h). row_for(label, causal) gives a row's own columns; each row also gets the shape, what
     bench.measure_forward returns and the provenance. A module that fails to compile or run gets an
     "error: ..." check instead. save(rows so far), if given, runs after every shape."""
-    import torch
-
-    from common import bench, results, runtime
-    from common.inputs import Shape, make_inputs
-
     meta, rows = results.provenance(), []
     for d in head_dims:
         for causal in (False, True):
