@@ -99,18 +99,35 @@ def _one_shot_timer(kernel_call, quantiles=None):
     return [ms] * len(quantiles) if quantiles else ms
 
 
+def _one_config_each(prune):
+    """Wrap Autotuner.prune_configs so that each new shape class runs one configuration, the next
+    one in the (already pruned) list: one compilation instead of one per configuration, and over
+    the suite every configuration of every kernel is used (each kernel meets more shape classes
+    than it has configurations)."""
+    turns = {}
+
+    def one(self, kwargs):
+        configs = prune(self, kwargs)
+        turn = turns[id(self)] = turns.get(id(self), -1) + 1
+        return [configs[turn % len(configs)]]
+
+    return one
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _quick_autotuning():
-    """On a GPU, every test process autotunes every shape class it meets, with Triton's full timer:
-    minutes of a GPU test run spent choosing tiles. Tests only need a configuration that runs, so
-    the autotuner gets a one-shot timer here (Triton 3.6-3.9: Autotuner.do_bench is a cached
+    """On a GPU, every test process autotunes every shape class it meets: it compiles every
+    configuration and times each for about 125 ms, minutes of a GPU test run spent choosing tiles.
+    Tests only need configurations that run, and all of them tested: here each shape class gets
+    one configuration in turn (above), timed once (Triton 3.6-3.9: Autotuner.do_bench is a cached
     property returning the timer; a class-level property replaces it for every kernel)."""
     if not torch.cuda.is_available():
         yield
         return
     from triton.runtime.autotuner import Autotuner
 
-    original = Autotuner.__dict__["do_bench"]
+    original_bench, original_prune = Autotuner.__dict__["do_bench"], Autotuner.prune_configs
     Autotuner.do_bench = property(lambda self: _one_shot_timer)
+    Autotuner.prune_configs = _one_config_each(original_prune)
     yield
-    Autotuner.do_bench = original
+    Autotuner.do_bench, Autotuner.prune_configs = original_bench, original_prune
