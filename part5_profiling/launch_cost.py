@@ -4,14 +4,18 @@
 
 Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU together) fall far
 under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
-call. For each part with a Triton forward, at D = 128, non-causal, bf16, B=4, H=8:
+call. For each part with a Triton forward, at D = 128, non-causal, bf16, B=4, H=8, and for each
+mode: fwd (the forward, FlashAttention.apply without gradients), and for a part whose backward is
+Triton too, bwd (its flash_backward called directly, on the calling thread) and fwd+bwd (the forward
+and torch.autograd.grad, whose backward runs on autograd's own thread):
 
-- gpu_us: the forward replayed from a CUDA graph (no Python at all), median.
+- gpu_us: the call replayed from a CUDA graph (no Python at all), median.
 - host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
   (while the GPU keeps up, this is the time Python and the launch path take).
 - call_us: do_bench's median, what a user's loop sees.
 
-Then where the host time goes: Python's profiler (cProfile) over CALLS calls at the shortest N,
+Then where the host time goes, for fwd and bwd (cProfile sees only the calling thread, so not
+fwd+bwd's backward): Python's profiler (cProfile) over CALLS calls at the shortest N,
 each function's own time added into a few groups by the file it lives in (input checks, the
 autotuner, Triton's launcher, torch.library and autograd, the part's own Python, PyTorch's tensor
 operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
@@ -33,7 +37,7 @@ from common.inputs import Shape, make_inputs
 B, H, D = 4, 8, 128
 SEQ_LENS = (512, 1024, 2048, 4096)
 CALLS = 200
-FIELDS = ["part", "N", "D", "what", "group", "us", *results.PROVENANCE]
+FIELDS = ["part", "mode", "N", "D", "what", "group", "us", *results.PROVENANCE]
 # (group, a pattern of the file path that puts a function in it): the first match wins.
 GROUPS = [
     ("input checks", r"common/validate\.py$"),
@@ -78,31 +82,43 @@ def host_us(fn):
     return elapsed / CALLS * 1e6
 
 
+def calls(n_part, n):
+    """{mode: the call to time} for part n_part at sequence length n."""
+    module = parts.load(n_part)
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
+
+    def fwd():
+        with torch.no_grad():
+            return module.FlashAttention.apply(q, k, v, False)
+
+    out = {"fwd": fwd}
+    if module.flash_backward.__module__ == module.__name__:  # a Triton backward of its own
+        o, lse = module.flash_forward(q, k, v, False)
+        out["bwd"] = lambda: module.flash_backward(q, k, v, o, lse, do, False)
+        out["fwd+bwd"] = bench.timed_call(bench.part_impl(n_part), "fwd+bwd", q, k, v, do, False)
+    return out
+
+
 def run(part_numbers):
     meta = results.provenance()
     rows = []
     for n_part in part_numbers:
-        module = parts.load(n_part)
         for n in SEQ_LENS:
-            q, k, v, _ = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
-
-            def fn(q=q, k=k, v=v, module=module):
-                with torch.no_grad():
-                    return module.FlashAttention.apply(q, k, v, False)
-
-            fn()  # compile and autotune
-            base = dict(part=n_part, N=n, D=D, group="", **meta)
-            measured = {
-                "gpu_us": bench.graph_time_ms(fn) * 1e3,
-                "host_us": host_us(fn),
-                "call_us": bench.time_ms(fn) * 1e3,
-            }
-            rows += [dict(base, what=what, us=f"{us:.1f}") for what, us in measured.items()]
-            print(f"part {n_part} N={n:>5}  " + "  ".join(f"{w} {us:8.1f}" for w, us in measured.items()), flush=True)
-            if n == SEQ_LENS[0]:
-                for group, us in sorted(host_groups(fn).items(), key=lambda kv: -kv[1]):
-                    rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
-                    print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
+            for mode, fn in calls(n_part, n).items():
+                fn()  # compile and autotune
+                base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
+                measured = {
+                    "gpu_us": bench.graph_time_ms(fn) * 1e3,
+                    "host_us": host_us(fn),
+                    "call_us": bench.time_ms(fn) * 1e3,
+                }
+                rows += [dict(base, what=what, us=f"{us:.1f}") for what, us in measured.items()]
+                print(f"part {n_part} {mode:<7} N={n:>5}  " + "  ".join(f"{w} {us:8.1f}" for w, us in measured.items()),
+                      flush=True)  # fmt: skip
+                if n == SEQ_LENS[0] and mode != "fwd+bwd":
+                    for group, us in sorted(host_groups(fn).items(), key=lambda kv: -kv[1]):
+                        rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
+                        print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
     return rows
 
 

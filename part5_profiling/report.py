@@ -48,17 +48,19 @@ def table_profile(gpu_dir):
 def table_launch_cost(gpu_dir):
     rows = read_csv(gpu_dir / "part5_launch_cost.csv")
     timing = [r for r in rows if r["what"] in ("gpu_us", "host_us", "call_us")]
-    index = {(r["part"], r["N"], r["what"]): r["us"] for r in timing}
-    keys = list(dict.fromkeys((r["part"], r["N"]) for r in timing))
-    body = [[p, n, *(index.get((p, n, w), "—") for w in ("gpu_us", "host_us", "call_us"))] for p, n in keys]
+    index = {(r["part"], r.get("mode") or "fwd", r["N"], r["what"]): r["us"] for r in timing}
+    keys = list(dict.fromkeys((r["part"], r.get("mode") or "fwd", r["N"]) for r in timing))
+    body = [[p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us"))] for p, m, n in keys]
     groups = [r for r in rows if r["group"]]
-    group_body = [[r["part"], r["group"], r["us"]] for r in groups]
+    group_body = [[r["part"], r.get("mode") or "fwd", r["group"], r["us"]] for r in groups]
     out = [provenance_line(rows, "python -m part5_profiling.launch_cost && make report"), "",
-           "Forward, D=128, non-causal, bf16, B=4, H=8; microseconds per call:", "",
-           markdown_table(["part", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench"], body, "lrrrr")]  # fmt: skip
+           "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
+           "fwd+bwd: the forward and torch.autograd.grad):", "",
+           markdown_table(["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench"], body,
+                          "llrrrr")]  # fmt: skip
     if group_body:
         out += ["", f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):", "",
-                markdown_table(["part", "group", "us per call"], group_body, "llr")]  # fmt: skip
+                markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr")]  # fmt: skip
     return "\n".join(out)
 
 

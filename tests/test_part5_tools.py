@@ -173,12 +173,14 @@ def test_part5_tables(tmp_path):
     assert "| part4 | fwd | 64 | yes | 250.0 | 300.0 | _attn_fwd 168 | 0 | — | — | no |" in table
 
     write_csv(tmp_path / "part5_launch_cost.csv", [
-        dict(part=4, N=512, D=128, what=w, group="", us=us, **META) for w, us in (("gpu_us", 20.0), ("host_us", 45.0),
-                                                                                   ("call_us", 47.0))]
-        + [dict(part=4, N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
+        dict(part=4, mode=m, N=512, D=128, what=w, group="", us=us, **META)
+        for m, scale in (("fwd", 1), ("bwd", 3)) for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale),
+                                                             ("call_us", 47.0 * scale))]
+        + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
         launch_cost.FIELDS)  # fmt: skip
     table = report.table_launch_cost(tmp_path)
-    assert "| 4 | 512 | 20.0 | 45.0 | 47.0 |" in table and "| 4 | autotuner | 9.5 |" in table
+    assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 |" in table and "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 |" in table
+    assert "| 4 | bwd | autotuner | 9.5 |" in table
 
     write_csv(tmp_path / "part5_stages.csv", [
         dict(variant=v, B=4, H=8, N=4096, D=128, dtype="bf16", causal=0, graph_ms=ms, graph_tflops=1.0, delta_us=delta,
