@@ -12,7 +12,8 @@ Q, K and V; bwd times the backward alone, re-run on one retained graph. Every im
 first checked against the float64 reference on two (batch, head) slices of the very inputs it is
 timed on (O and L for fwd; O, dQ, dK, dV for the backward modes); one that fails is not timed.
 Timing is triton.testing.do_bench, median (the protocol), and also CUDA-graph replay (GPU time
-without the Python launch cost). FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
+without the Python launch cost); a call of 50 ms or more (a PyTorch backward at long N) is instead
+the median of three calls, each timed alone after an L2 flush. FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
 Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key).
 
 Without a GPU: checks each part's forward and gradients under the interpreter on a small shape
@@ -235,11 +236,41 @@ def check(impl, mode, q, k, v, do, causal):
 
 
 # ------------------------------------------------------------------------------------ timing
+SLOW_MS = 50.0  # a call this long is timed by slow_time_ms, not do_bench
+SLOW_SAMPLES = 3
+_FLUSH_BYTES = 256 * 2**20  # what do_bench writes to flush L2 (the H200's is 60 MB)
+
+
 def time_ms(fn, warmup=25, rep=100):
-    """Median milliseconds of fn over about `rep` ms of runs, after `warmup` ms (L2 flushed between runs)."""
+    """Median milliseconds of fn over about `rep` ms of runs, after `warmup` ms (L2 flushed between
+    runs): triton.testing.do_bench. A call that takes SLOW_MS or more twice in a row (the PyTorch
+    backward of parts 0-3 at long N: seconds a call) gets slow_time_ms instead: do_bench would make
+    eight such calls and time only one of them."""
     import triton
 
-    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    if one_call_ms(fn) < SLOW_MS or one_call_ms(fn) < SLOW_MS:  # the first may include compiling
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    return slow_time_ms(fn)
+
+
+def one_call_ms(fn, flush=None):
+    """Milliseconds of one call of fn between two CUDA events, after writing `flush` (if given)."""
+    if flush is not None:
+        flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def slow_time_ms(fn):
+    """Median of SLOW_SAMPLES calls, each timed alone with L2 flushed before it (for calls so long
+    that one more warm-up or a few samples are all the statistics they need)."""
+    flush = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    times = sorted(one_call_ms(fn, flush) for _ in range(SLOW_SAMPLES))
+    return times[len(times) // 2]
 
 
 def graph_time_ms(fn):

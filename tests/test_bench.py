@@ -8,7 +8,7 @@ import torch
 
 from common import bench, parts, results
 from common.inputs import Shape, make_inputs
-from tests.helpers import DEVICE
+from tests.helpers import DEVICE, needs_gpu
 
 
 def test_flop_count():
@@ -185,3 +185,38 @@ def test_flex_attention_is_checked_like_sdpa(monkeypatch):
             report = bench.check(impl, mode, q, k, v, do, causal)
             assert report.ok, f"causal={causal} {mode}: {report}"
     assert bench.impl_label(bench.FLEX) == "FlexAttention"
+
+
+@pytest.mark.parametrize(
+    "first_two, path",
+    [((1.0, 1.0), "do_bench"), ((900.0, 2.0), "do_bench"), ((900.0, 800.0), "slow")],
+    ids=["fast", "slow only while compiling", "slow"],
+)
+def test_time_ms_picks_the_timer_by_call_length(monkeypatch, first_two, path):
+    """do_bench for calls under SLOW_MS (the second try decides, as the first may compile);
+    for longer calls, the median of SLOW_SAMPLES single calls each after an L2 flush."""
+    import triton
+
+    script = iter([*first_two, 700.0, 300.0, 500.0])
+    flushed = []
+    monkeypatch.setattr(bench, "one_call_ms", lambda fn, flush=None: flushed.append(flush is not None) or next(script))
+    monkeypatch.setattr(bench.torch, "empty", lambda *a, **k: torch.zeros(1))  # the flush buffer, not on a GPU here
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: 1.5)
+    ms = bench.time_ms(lambda: None)
+    if path == "do_bench":
+        assert ms == 1.5 and not any(flushed)
+    else:
+        assert ms == 500.0 and flushed == [False, False, True, True, True]
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_slow_calls_are_timed_three_times_after_two():
+    """On a GPU: a call of about 60 ms is made 2 + SLOW_SAMPLES times in all, not do_bench's 8."""
+    calls = []
+
+    def slow():
+        calls.append(1)
+        torch.cuda._sleep(120_000_000)  # GPU cycles: 60 ms at 2 GHz, longer at lower clocks
+
+    assert bench.time_ms(slow) > 0 and len(calls) == 2 + bench.SLOW_SAMPLES
