@@ -5,6 +5,7 @@
     python -m common.bench --quick              # N = 1024 and 4096 only
     python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
     python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
+    python -m common.bench --d 128 --causal 1 --n 2048    # one shape of the grid
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
 Modes: fwd (the default) times the forward; fwd+bwd times the forward followed by the gradients of
@@ -349,15 +350,15 @@ def measure_forward(module, q, k, v, causal, do_bench=True):
     return out
 
 
-def run_gpu(impls, modes, seq_lens, save=None):
+def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False, True)):
     """Check and time every implementation; save(rows so far), if given, after each shape, so a run
     cut short keeps what it measured."""
     meta = results.provenance()
     meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it
     print(f"benchmark on {runtime.describe()}, commit {meta['commit']}", flush=True)
     rows = []
-    for d in HEAD_DIMS:
-        for causal in (False, True):
+    for d in head_dims:
+        for causal in masks:
             for n in seq_lens:
                 q, k, v, do = make_inputs(Shape((B, H), n, n, d), DTYPE, runtime.DEVICE, seed=n + d + causal)
                 for mode in modes:
@@ -415,6 +416,8 @@ def main(argv=None):
     ap.add_argument("--mode", action="append", choices=MODES, help="what to time (repeatable); default: fwd")
     ap.add_argument("--quick", action="store_true", help=f"only N in {QUICK_SEQ_LENS}")
     ap.add_argument("--n", type=int, action="append", help="sequence length (repeatable); default: the full grid")
+    ap.add_argument("--d", type=int, action="append", choices=HEAD_DIMS, help="head dim (repeatable); default: all")
+    ap.add_argument("--causal", type=int, choices=(0, 1), help="only causal (1) or only not (0); default: both")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape: slow to start)")
@@ -438,7 +441,9 @@ def main(argv=None):
     def save(rows):
         results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
 
-    rows = run_gpu(impls, modes, args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS), save)
+    masks = (False, True) if args.causal is None else (bool(args.causal),)
+    seq_lens = args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS)
+    rows = run_gpu(impls, modes, seq_lens, save, head_dims=args.d or HEAD_DIMS, masks=masks)
     save(rows)
     failed = [r for r in rows if r["check"].startswith("FAIL")]
     print(f"wrote {len(rows)} rows to {results.shown(path)}")

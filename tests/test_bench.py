@@ -220,3 +220,20 @@ def test_slow_calls_are_timed_three_times_after_two():
         torch.cuda._sleep(120_000_000)  # GPU cycles: 60 ms at 2 GHz, longer at lower clocks
 
     assert bench.time_ms(slow) > 0 and len(calls) == 2 + bench.SLOW_SAMPLES
+
+
+def test_run_gpu_visits_only_the_shapes_asked_for(monkeypatch):
+    """--d and --causal pick part of the grid (to fill a gap without re-running all of it)."""
+    seen = []
+
+    def fake_measure(row, impl, mode, q, k, v, do, causal, timer, graph_timer=None):
+        seen.append((q.shape[-1], causal, q.shape[-2], mode))
+        row.update(check="ok", ms="", tflops="", graph_ms="", graph_tflops="", backend="")
+        return row
+
+    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(bench, "B", 1)
+    monkeypatch.setattr(bench, "H", 1)
+    impl = bench.Impl(name="x", forward=None, attention=None)
+    rows = bench.run_gpu([impl], ["fwd", "bwd"], [16, 32], head_dims=(128,), masks=(True,))
+    assert seen == [(128, True, n, m) for n in (16, 32) for m in ("fwd", "bwd")] and len(rows) == 4
