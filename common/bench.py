@@ -56,6 +56,12 @@ FIELDS = ["impl", "part", "B", "H", "N", "D", "dtype", "causal", "mode", "ms", "
 KEY = ("impl", "B", "H", "N", "D", "dtype", "causal", "mode")
 
 
+def why(e):
+    """An exception in one line for a CSV cell: its type and the first line of its message (which may be empty)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:120]}" if lines else type(e).__name__
+
+
 def attention_flops(b, h, n_q, n_k, d, causal, mode="fwd"):
     """4*B*H*N_q*N_k*D for the two matmuls of the forward, halved when causal; backward = 2.5x."""
     flops = 4 * b * h * n_q * n_k * d
@@ -302,7 +308,7 @@ def measure(row, impl, mode, q, k, v, do, causal, timer, graph_timer=None):
     try:
         report = check(impl, mode, q, k, v, do, causal)
     except Exception as e:  # an SDPA backend may refuse a shape: record why, go on
-        row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+        row["check"] = f"error: {why(e)}"
         return row
     row["check"] = ("ok " if report.ok else "FAIL ") + " ".join(f"{c.name}={c.err:.1e}" for c in report)
     if not report.ok:

@@ -40,7 +40,7 @@ def time_forwards(modules, row_for, seq_lens, head_dims=(64, 128), b=4, h=8, do_
                     try:
                         row.update(bench.measure_forward(module, q, k, v, causal, do_bench=do_bench))
                     except Exception as e:  # a variant the compiler refuses: say why, go on
-                        row["check"] = f"error: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+                        row["check"] = f"error: {bench.why(e)}"
                     rows.append(row)
                     print(f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
                           f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}",

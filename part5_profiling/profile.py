@@ -62,6 +62,9 @@ NCU_METRICS = {
 NCU_MAX_LAUNCHES = 20  # ncu replays each launch many times: a cap, far above the 1-3 kernels of a pass
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active")
 TOP_STALLS = 4
+# ncu's answers that hold for every later shape too: the run stops asking it (each try costs a
+# whole child process, tens of seconds) and records the same reason for the rest.
+NCU_FINAL = ("ERR_NVGPUCTRPERM", "not on the PATH", "timed out")
 
 
 # ------------------------------------------------------------------------------------ targets
@@ -122,9 +125,11 @@ def cupti_rows(target, impl, pass_, d, causal):
                 fn()
             torch.cuda.synchronize()
     per_kernel = {}
-    for event in prof.events():
-        if event.device_type == DeviceType.CUDA:
+    for event in prof.events():  # GPU records: kernels, memsets, copies; not the ranges annotating them
+        if event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False):
             per_kernel.setdefault(event.name, []).append(event.time_range.elapsed_us())
+    if not per_kernel:
+        raise RuntimeError("the profiler recorded no GPU kernel (CUPTI activity records unavailable?)")
     flops = bench.attention_flops(B, H, N, N, d, causal, pass_)
     total_us = sum(sum(times) for times in per_kernel.values()) / REPEATS
     base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="cupti")
@@ -195,7 +200,16 @@ def ncu_available_metrics(ncu):
         out = subprocess.run([ncu, "--devices", "0", "--query-metrics"], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return set()
-    return {line.split()[0] for line in out.stdout.splitlines() if line and re.match(r"^[a-z]\w*__\w+", line)}
+    names = (line.split()[0] for line in out.stdout.splitlines() if line.strip())  # a name, then its description
+    return {name.split(".")[0] for name in names if re.match(r"[a-z]\w*__\w+", name)}
+
+
+def ncu_number(text):
+    """A value as ncu's CSV prints it ("1,024.50", "n/a") -> float, or None if it is not a number."""
+    try:
+        return float(text.replace(",", ""))
+    except (AttributeError, ValueError):
+        return None
 
 
 def parse_ncu_csv(text):
@@ -218,6 +232,9 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
             dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note="ncu is not on the PATH")
         ]
 
+    def unavailable(note):
+        return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note=note)]
+
     def run_ncu(metrics):
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
                "--launch-count", str(NCU_MAX_LAUNCHES), "--csv",
@@ -228,25 +245,26 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
 
     try:
         out, launches, units = run_ncu(list(wanted) + list(stall_metrics))
-        if not launches and stall_metrics:  # a stall metric name this ncu refuses: the rest still counts
+        refused = "ERR_NVGPUCTRPERM" in out.stdout + out.stderr  # no counters at all: a retry cannot help
+        if not launches and stall_metrics and not refused:  # a stall metric this ncu refuses: the rest counts
             out, launches, units = run_ncu(list(wanted))
             stall_metrics = []
     except subprocess.TimeoutExpired:
-        return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note="ncu timed out")]
+        return unavailable("ncu timed out")
     if not launches:
-        why = next((line for line in (out.stdout + out.stderr).splitlines() if "ERR" in line or "rror" in line), "")
-        return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="",
-                     note=f"ncu exit {out.returncode}: {why.strip()[:150]}")]  # fmt: skip
+        lines = (out.stdout + out.stderr).splitlines()
+        why = next((line for line in lines if line.startswith("==ERROR==")), None)
+        why = why or next((line for line in lines if "ERR" in line or "rror" in line), "")
+        return unavailable(f"ncu exit {out.returncode}: {why.strip()[:150]}")
     rows = []
     for launch in launches:
         kernel = kernel_label(launch.get("Kernel Name", "?"))
         for metric, label in NCU_METRICS.items():
             if metric in launch:
-                rows.append(
-                    dict(base, kernel=kernel, metric=label, value=launch[metric], unit=units.get(metric, ""), note="")
-                )
-        stalls = sorted(((float(launch[m] or 0), STALL.match(m).group(1)) for m in stall_metrics if m in launch),
-                        reverse=True)[:TOP_STALLS]  # fmt: skip
+                value = launch[metric].replace(",", "") if ncu_number(launch[metric]) is not None else launch[metric]
+                rows.append(dict(base, kernel=kernel, metric=label, value=value, unit=units.get(metric, ""), note=""))
+        stalls = [(ncu_number(launch[m]), STALL.match(m).group(1)) for m in stall_metrics if m in launch]
+        stalls = sorted(((v, reason) for v, reason in stalls if v is not None), reverse=True)[:TOP_STALLS]
         for rank, (value, reason) in enumerate(stalls, 1):
             rows.append(dict(base, kernel=kernel, metric=f"stall #{rank}: {reason}", value=f"{value:.2f}",
                              unit="warps per issue", note="average warps stalled for this reason per instruction issued"))  # fmt: skip
@@ -272,6 +290,14 @@ def child(target, pass_, d, causal):
 
 
 # ------------------------------------------------------------------------------------ main
+def guarded(base, method, measure, *args):
+    """measure(*args)'s rows; if it raises, one row of metric "error" saying why, so the run goes on."""
+    try:
+        return measure(*args)
+    except Exception as e:  # a backend refusing a shape, a compile error: recorded, not fatal
+        return [dict(base, method=method, metric="error", note=bench.why(e))]
+
+
 def profile(targets, use_ncu, save=None):
     meta = results.provenance()
     wanted, stall_metrics = [], []
@@ -279,20 +305,28 @@ def profile(targets, use_ncu, save=None):
         known = ncu_available_metrics(shutil.which("ncu"))
         wanted = [m for m in NCU_METRICS if m.split(".")[0] in known] if known else list(NCU_METRICS)[:5]
         stall_metrics = sorted(f"{m}.ratio" for m in known if STALL.fullmatch(m))
-    rows = []
+    rows, ncu_final = [], None  # ncu_final: why ncu cannot count on this machine, once it has said so
     for target in targets:
         impl = target_impl(target)
         for pass_ in passes(target):
             for d in HEAD_DIMS:
                 for causal in (False, True):
-                    found = cupti_rows(target, impl, pass_, d, causal) + compiler_rows(target, impl, pass_, d, causal)
-                    if use_ncu:
-                        found += ncu_rows(target, pass_, d, causal, wanted, stall_metrics)
+                    base = dict(target=target, kernel="(all kernels)", D=d, causal=int(causal), **{"pass": pass_},
+                                value="", unit="")  # fmt: skip
+                    found = guarded(base, "cupti", cupti_rows, target, impl, pass_, d, causal)
+                    found += guarded(base, "compiler", compiler_rows, target, impl, pass_, d, causal)
+                    if use_ncu and ncu_final:
+                        found.append(dict(base, method="ncu", metric="unavailable", note=ncu_final))
+                    elif use_ncu:
+                        found += guarded(base, "ncu", ncu_rows, target, pass_, d, causal, wanted, stall_metrics)
+                        ncu_final = next((r["note"] for r in found if r["method"] == "ncu" and r["metric"] ==
+                                          "unavailable" and any(s in r["note"] for s in NCU_FINAL)), None)  # fmt: skip
                     rows += [dict(r, **meta) for r in found]
-                    total = next(r for r in found if r["metric"] == "achieved")
-                    counters = "with counters" if any(r["method"] == "ncu" and r["metric"] != "unavailable"
+                    total = next((r["value"] for r in found if r["metric"] == "achieved"), "error")
+                    counters = "with counters" if any(r["method"] == "ncu" and r["metric"] not in ("unavailable", "error")
                                                       for r in found) else "no counters"  # fmt: skip
-                    print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total['value']:>7} TFLOP/s  ({counters})",
+                    errors = "; ".join(f"{r['method']}: {r['note']}" for r in found if r["metric"] == "error")
+                    print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total:>7} TFLOP/s  ({counters})  {errors}",
                           flush=True)  # fmt: skip
                     torch.cuda.empty_cache()
                     if save is not None:  # after every shape too: a run cut short keeps what it measured

@@ -35,6 +35,8 @@ def table_profile(gpu_dir):
         spills = sum(int(r["value"]) for r in mine if r["metric"] == "spilled registers")
         tensor = _value(mine, method="ncu", metric="tensor pipe (wgmma) active, %")
         stall = next((r["metric"].split(": ", 1)[1] for r in mine if r["metric"].startswith("stall #1")), None)
+        failed = any(r["metric"] == "error" for r in mine)  # a method that raised: the CSV's note says why
+        us, tf = (("error" if failed else "—") if x is None else x for x in (us, tf))
         body.append([target, pass_, d, yes_no(causal), us, tf, "; ".join(regs) or "—", spills if regs else "—",
                      tensor if tensor is not None else "—", stall or "—", "yes" if ncu_ok else "no"])  # fmt: skip
     header = ["target", "pass", "D", "causal", "GPU us per call", "TFLOP/s", "registers per thread", "spills",
@@ -72,12 +74,20 @@ def table_stages(gpu_dir):
     for d, c in PANELS:
         cells = [index.get((v, d, c)) for v in variants]
         if any(cells):
-            body.append([d, yes_no(c), *(("—" if r is None else f"{r['graph_ms'] * 1e3:.0f} ({r['delta_us']:+.0f})")
-                                          for r in cells)])  # fmt: skip
+            body.append([d, yes_no(c), *(_stage_cell(r) for r in cells)])
     return "\n".join([provenance_line(rows, "python -m part5_profiling.stages && make report"), "",
                       f"Part 4's forward, N={rows[0]['N']}, B=4, H=8, bf16: microseconds (CUDA-graph replay), and in "
                       "brackets the difference from the original:", "",
                       markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants))])  # fmt: skip
+
+
+def _stage_cell(row):
+    if row is None:
+        return "—"
+    if row["graph_ms"] is None:
+        return row["check"].split(":")[0]  # "error": the CSV says why
+    delta = "" if row["delta_us"] is None else f" ({row['delta_us']:+.0f})"
+    return f"{row['graph_ms'] * 1e3:.0f}{delta}"
 
 
 def table_candidates(gpu_dir):

@@ -20,6 +20,7 @@ from common.results import read_csv
 
 B, H, N = 4, 8, 4096
 BF16, F32 = 2, 4
+BYTE_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}  # ncu's units (powers of 1000)
 
 
 def compulsory_bytes(pass_, d):
@@ -29,6 +30,16 @@ def compulsory_bytes(pass_, d):
     t = B * H * N * d * BF16  # one (B, H, N, D) bf16 tensor
     rows = B * H * N * F32  # one (B, H, N) float32 vector
     return 4 * t + rows if pass_ == "fwd" else 8 * t + 3 * rows
+
+
+def dram_bytes(row):
+    """An ncu DRAM row's bytes (its value in its unit), or None if the value or the unit is not understood."""
+    try:
+        value = float(str(row["value"]).replace(",", ""))
+    except ValueError:
+        return None
+    scale = BYTE_UNITS.get(row["unit"] or "byte")
+    return None if scale is None else value * scale
 
 
 def points(profile_rows):
@@ -44,12 +55,10 @@ def points(profile_rows):
             continue
         seconds = float(total["value"]) * 1e-6
         flops = bench.attention_flops(B, H, N, N, d, causal, pass_)
-        dram = [float(r["value"]) for r in rows if r["method"] == "ncu" and r["metric"] in ("DRAM bytes read", "DRAM bytes written")
+        dram = [dram_bytes(r) for r in rows if r["method"] == "ncu" and r["metric"] in ("DRAM bytes read", "DRAM bytes written")
                 and r["value"] not in ("", None)]  # fmt: skip
-        ncu_units = {r["unit"] for r in rows if r["method"] == "ncu" and r["metric"].startswith("DRAM bytes")}
-        scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(next(iter(ncu_units), "byte"), 1)
-        measured = bool(dram)
-        nbytes = sum(dram) * scale if measured else compulsory_bytes(pass_, d)
+        measured = bool(dram) and None not in dram  # each value in its own unit: ncu scales them one by one
+        nbytes = sum(dram) if measured else compulsory_bytes(pass_, d)
         out.append(dict(target=target, pass_=pass_, D=d, causal=causal, tflops=flops / seconds * 1e-12,
                         intensity=flops / nbytes, measured=measured))  # fmt: skip
     return out
