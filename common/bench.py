@@ -292,13 +292,21 @@ def timed_call(impl, mode, q, k, v, do, causal):
     """The call to time in each mode. fwd: the forward alone (inputs that need no gradient: no graph
     is built). fwd+bwd: the forward, then dQ, dK, dV. bwd: the backward alone. The forward runs once
     here and each call re-runs the backward on its graph: retain_graph=True keeps the forward's saved
-    tensors, so every call does exactly the backward's work and nothing else."""
+    tensors, so every call does exactly the backward's work and nothing else. On a GPU that forward
+    runs on a stream of its own, so that the backward can be captured in a CUDA graph too."""
     if mode == "fwd":
         return lambda: impl.attention(q, k, v, causal)
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     if mode == "fwd+bwd":
         return lambda: torch.autograd.grad(impl.attention(*leaves, causal), leaves, do)
-    o = impl.attention(*leaves, causal)
+    if not q.is_cuda:
+        o = impl.attention(*leaves, causal)
+    else:  # autograd runs each backward op on its forward's stream: not the legacy default stream,
+        stream = torch.cuda.Stream()  # which cannot join a CUDA-graph capture
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            o = impl.attention(*leaves, causal)
+        torch.cuda.current_stream().wait_stream(stream)
     return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
 
 

@@ -237,3 +237,18 @@ def test_run_gpu_visits_only_the_shapes_asked_for(monkeypatch):
     impl = bench.Impl(name="x", forward=None, attention=None)
     rows = bench.run_gpu([impl], ["fwd", "bwd"], [16, 32], head_dims=(128,), masks=(True,))
     assert seen == [(128, True, n, m) for n in (16, 32) for m in ("fwd", "bwd")] and len(rows) == 4
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["part", "sdpa_flash"])
+def test_lone_backward_replays_from_a_cuda_graph(name):
+    """The bwd mode's call (a backward re-run on a retained graph) can be captured and replayed: its
+    forward ran on a stream of its own, not on the legacy default stream."""
+    triton_parts = [n for n in parts.available() if parts.load(n).flash_backward.__module__ != "common.backward"]
+    if name == "part" and not triton_parts:
+        pytest.skip("no part with a Triton backward yet")
+    impl = bench.part_impl(triton_parts[-1]) if name == "part" else bench.sdpa_impl("flash")
+    q, k, v, do = make_inputs(Shape((2, 4), 512, 512, 64), torch.bfloat16, "cuda", seed=1)
+    with impl.context():
+        assert bench.graph_time_ms(bench.timed_call(impl, "bwd", q, k, v, do, True)) > 0
