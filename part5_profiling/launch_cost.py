@@ -6,8 +6,9 @@ Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU to
 under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
 call. For each part with a Triton forward, at D = 128, non-causal, bf16, B=4, H=8, and for each
 mode: fwd (the forward, FlashAttention.apply without gradients), and for a part whose backward is
-Triton too, bwd (its flash_backward called directly, on the calling thread) and fwd+bwd (the forward
-and torch.autograd.grad, whose backward runs on autograd's own thread):
+Triton too, bwd (its flash_backward called directly, on the calling thread), "bwd, autograd" (the
+same backward through torch.autograd.grad on a retained graph, as the benchmark's bwd mode runs it:
+on autograd's own thread) and fwd+bwd (the forward and torch.autograd.grad):
 
 - gpu_us: the call replayed from a CUDA graph (no Python at all), median.
 - host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
@@ -15,7 +16,7 @@ and torch.autograd.grad, whose backward runs on autograd's own thread):
 - call_us: do_bench's median, what a user's loop sees.
 
 Then where the host time goes, for fwd and bwd (cProfile sees only the calling thread, so not
-fwd+bwd's backward): Python's profiler (cProfile) over CALLS calls at the shortest N,
+autograd's backward): Python's profiler (cProfile) over CALLS calls at the shortest N,
 each function's own time added into a few groups by the file it lives in (input checks, the
 autotuner, Triton's launcher, torch.library and autograd, the part's own Python, PyTorch's tensor
 operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
@@ -95,7 +96,11 @@ def calls(n_part, n):
     if module.flash_backward.__module__ == module.__name__:  # a Triton backward of its own
         o, lse = module.flash_forward(q, k, v, False)
         out["bwd"] = lambda: module.flash_backward(q, k, v, o, lse, do, False)
-        out["fwd+bwd"] = bench.timed_call(bench.part_impl(n_part), "fwd+bwd", q, k, v, do, False)
+        impl = bench.part_impl(n_part)
+        out["bwd, autograd"] = bench.timed_call(
+            impl, "bwd", q, k, v, do, False
+        )  # the same backward, as training runs it
+        out["fwd+bwd"] = bench.timed_call(impl, "fwd+bwd", q, k, v, do, False)
     return out
 
 
@@ -129,7 +134,7 @@ def run(part_numbers, save=None):
             for mode, fn in modes.items():
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
                 try:
-                    measured, notes, groups = measure(fn, with_groups=n == SEQ_LENS[0] and mode != "fwd+bwd")
+                    measured, notes, groups = measure(fn, with_groups=n == SEQ_LENS[0] and mode in ("fwd", "bwd"))
                 except Exception as e:  # a mode that fails: say why, go on
                     rows.append(dict(base, what=f"error: {bench.why(e)}", us=""))
                     print(f"part {n_part} {mode:<7} N={n:>5}  error: {bench.why(e)}", flush=True)
