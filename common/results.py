@@ -29,7 +29,8 @@ def results_dir(gpu=None):
     $RESULTS_DIR when it is set (to write somewhere else without touching the committed files)."""
     if gpu is not None:
         return RESULTS / gpu
-    return Path(os.environ.get("RESULTS_DIR", RESULTS / runtime.gpu_slug()))
+    chosen = os.environ.get("RESULTS_DIR")
+    return Path(chosen) if chosen else RESULTS / runtime.gpu_slug()
 
 
 def gpu_folders():
@@ -88,6 +89,26 @@ def write_csv(path, rows, fields, key=None, sort=None):
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def failed_check(row):
+    """A row whose check did not pass (FAIL, or an error that stopped the measurement)."""
+    return not str(row.get("check", "")).startswith("ok")
+
+
+def write_as_measured(filename, fields, run, failed=failed_check, key=None):
+    """The end of every GPU study: run(save) measures, calling save(rows) after each shape (so a run
+    cut short keeps what it measured); the rows are written once more at the end to
+    results/<gpu>/filename (merged by `key` if given). Returns the exit status: 1 if any row failed."""
+    path = results_dir() / filename
+
+    def save(rows):
+        write_csv(path, rows, fields, key=key)
+
+    rows = run(save)
+    save(rows)
+    print(f"wrote {len(rows)} rows to {shown(path)}")
+    return 1 if any(failed(r) for r in rows) else 0
 
 
 def _typed(column, cell):

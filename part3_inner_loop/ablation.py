@@ -107,16 +107,8 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The ablation times compiled kernels and needs a CUDA GPU; `--show N` prints any step's kernel.")
         return 0
-    path = results.results_dir() / "part3_ablation.csv"
-
-    def save(rows):  # after every shape too: a run cut short keeps what it measured
-        results.write_csv(path, rows, FIELDS)
-
-    rows = run((4096,) if args.quick else SEQ_LENS, save)
-    save(rows)
-    print(f"wrote {results.shown(path)}")
-    failed = [r for r in rows if not r["check"].startswith("ok")]
-    return 1 if failed else 0
+    seq_lens = (4096,) if args.quick else SEQ_LENS
+    return results.write_as_measured("part3_ablation.csv", FIELDS, lambda save: run(seq_lens, save))
 
 
 if __name__ == "__main__":

@@ -102,15 +102,7 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The launch-order study times compiled kernels and needs a CUDA GPU.")
         return 0
-    path = results.results_dir() / "part3_launch_order.csv"
-
-    def save(rows):  # after every shape too: a run cut short keeps what it measured
-        results.write_csv(path, rows, FIELDS)
-
-    rows = run(args.n or SEQ_LENS, save)
-    save(rows)
-    print(f"wrote {results.shown(path)}")
-    return 0 if all(r["check"].startswith("ok") for r in rows) else 1
+    return results.write_as_measured("part3_launch_order.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save))
 
 
 if __name__ == "__main__":

@@ -61,15 +61,7 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The candidates are timed on a CUDA GPU; on a CPU the tests check that each computes attention.")
         return 0
-    path = results.results_dir() / "part5_candidates.csv"
-
-    def save(rows):  # after every shape too: a run cut short keeps what it measured
-        results.write_csv(path, rows, FIELDS)
-
-    rows = run(args.n or SEQ_LENS, save)
-    save(rows)
-    print(f"wrote {results.shown(path)}")
-    return 0 if all(r["check"].startswith("ok") for r in rows) else 1
+    return results.write_as_measured("part5_candidates.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save))
 
 
 if __name__ == "__main__":

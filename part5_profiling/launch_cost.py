@@ -164,15 +164,8 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("Launch cost is measured against a GPU's kernels: it needs a CUDA GPU.")
         return 0
-    path = results.results_dir() / "part5_launch_cost.csv"
-
-    def save(rows):
-        results.write_csv(path, rows, FIELDS)
-
-    rows = run(numbers, save)
-    save(rows)
-    print(f"wrote {results.shown(path)}")
-    return 0 if not any(r["what"].startswith("error") for r in rows) else 1
+    failed = lambda r: r["what"].startswith("error")  # noqa: E731
+    return results.write_as_measured("part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed)
 
 
 if __name__ == "__main__":

@@ -363,15 +363,8 @@ def main(argv=None):
         print("Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
               "README and walkthrough show the committed results.")  # fmt: skip
         return 0
-    path = results.results_dir() / "part5_profile.csv"
-
-    def save(rows):
-        results.write_csv(path, rows, FIELDS, key=KEY)
-
-    rows = profile(targets, use_ncu=not args.no_ncu, save=save)
-    save(rows)
-    print(f"wrote {len(rows)} rows to {results.shown(path)}")
-    return 0
+    return results.write_as_measured("part5_profile.csv", FIELDS, lambda save: profile(targets, use_ncu=not args.no_ncu, save=save),
+                                     failed=lambda r: False, key=KEY)  # fmt: skip
 
 
 if __name__ == "__main__":

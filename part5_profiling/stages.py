@@ -93,15 +93,8 @@ def main(argv=None):
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The stage timings need a CUDA GPU.")
         return 0
-    path = results.results_dir() / "part5_stages.csv"
-
-    def save(rows):  # after every shape too: a run cut short keeps what it measured
-        results.write_csv(path, rows, FIELDS)
-
-    rows = run(save)
-    save(rows)
-    print(f"wrote {results.shown(path)}")
-    return 0 if all(not r["check"].startswith(("FAIL", "error")) for r in rows) else 1
+    failed = lambda r: r["check"].startswith(("FAIL", "error"))  # noqa: E731  (the variants are not checked)
+    return results.write_as_measured("part5_stages.csv", FIELDS, run, failed)
 
 
 if __name__ == "__main__":

@@ -256,3 +256,23 @@ def test_sweep_waves_count_the_programs_the_grid_launches(part, tmp_path):
             r = next(r for r in rows if (r["BLOCK_M"], r["BLOCK_N"]) == (bm, bn))
             programs = r["B"] * r["H"] * -(-r["N"] // (bm if block == "BLOCK_M" else bn))
             assert float(cells[10]) == pytest.approx(programs / (int(cells[9]) * 132), abs=0.05)
+
+
+def test_write_as_measured_saves_each_shape_and_reports_failures(tmp_path, monkeypatch, capsys):
+    """The studies' shared ending: rows saved as they come (a run cut short keeps them), written at
+    the end, and a non-zero exit status when a row failed its check."""
+    from common import results
+
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    seen = []
+
+    def run(save):
+        rows = [dict(x=1, check="ok O=1e-3")]
+        save(rows)
+        seen.append(len(results.read_csv(tmp_path / "study.csv")))
+        return rows + [dict(x=2, check="FAIL O=1")]
+
+    assert results.write_as_measured("study.csv", ["x", "check"], run) == 1
+    assert seen == [1] and [r["x"] for r in results.read_csv(tmp_path / "study.csv")] == [1, 2]
+    assert "wrote 2 rows" in capsys.readouterr().out
+    assert results.write_as_measured("study.csv", ["x", "check"], lambda save: [dict(x=3, check="ok")]) == 0
