@@ -8,7 +8,8 @@ call. For each part with a Triton forward, at D = 128, non-causal, bf16, B=4, H=
 mode: fwd (the forward, FlashAttention.apply without gradients), and for a part whose backward is
 Triton too, bwd (its flash_backward called directly, on the calling thread), "bwd, autograd" (the
 same backward through torch.autograd.grad on a retained graph, as the benchmark's bwd mode runs it:
-on autograd's own thread) and fwd+bwd (the forward and torch.autograd.grad):
+on autograd's own thread) and fwd+bwd (the forward and torch.autograd.grad). The same for SDPA's
+flash and cuDNN backends (fwd, "bwd, autograd", fwd+bwd), whose launch path is C++: the yardstick.
 
 - gpu_us: the call replayed from a CUDA graph (no Python at all), median.
 - host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
@@ -29,6 +30,7 @@ import pstats
 import re
 import sys
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -72,19 +74,33 @@ def host_groups(fn):
     return {group: seconds / CALLS * 1e6 for group, seconds in totals.items()}
 
 
-def host_us(fn):
-    """Host time per call, calls issued back to back without synchronising."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / CALLS * 1e6
+def host_us(fn, rounds=5):
+    """Host time per call, calls issued back to back without synchronising: the median of `rounds`
+    rounds of CALLS calls (one round alone moves by 2x from run to run with the host's other work)."""
+    per_round = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        per_round.append((time.perf_counter() - start) / CALLS * 1e6)
+        torch.cuda.synchronize()
+    return sorted(per_round)[rounds // 2]
+
+
+def sdpa_calls(backend, n):
+    """{mode: the call to time} for SDPA pinned to one backend, as the benchmark times it: the
+    yardstick for host time (its launch path is C++)."""
+    impl = bench.sdpa_impl(backend)
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
+    with bench.sdpa_context(backend):  # the bwd mode runs its forward here: on this backend
+        return {mode: bench.timed_call(impl, mode, q, k, v, do, False) for mode in ("fwd", "bwd", "fwd+bwd")}
 
 
 def calls(n_part, n):
     """{mode: the call to time} for part n_part at sequence length n."""
+    if isinstance(n_part, str):  # "sdpa_flash", "sdpa_cudnn"
+        return sdpa_calls(n_part.removeprefix("sdpa_"), n)
     module = parts.load(n_part)
     q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
 
@@ -132,9 +148,14 @@ def run(part_numbers, save=None):
                 print(f"part {n_part} N={n:>5}  error: {bench.why(e)}", flush=True)
                 continue
             for mode, fn in modes.items():
+                if isinstance(n_part, str) and mode == "bwd":
+                    mode = "bwd, autograd"  # SDPA's backward has no direct call: it runs through autograd
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
+                context = bench.sdpa_context(n_part.removeprefix("sdpa_")) if isinstance(n_part, str) else nullcontext()
+                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd") and not isinstance(n_part, str)
                 try:
-                    measured, notes, groups = measure(fn, with_groups=n == SEQ_LENS[0] and mode in ("fwd", "bwd"))
+                    with context:
+                        measured, notes, groups = measure(fn, with_groups=groups_too)
                 except Exception as e:  # a mode that fails: say why, go on
                     rows.append(dict(base, what=f"error: {bench.why(e)}", us=""))
                     print(f"part {n_part} {mode:<7} N={n:>5}  error: {bench.why(e)}", flush=True)
@@ -155,12 +176,16 @@ def run(part_numbers, save=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default: every Triton part")
+    ap.add_argument("--sdpa", action="append", choices=["flash", "cudnn"],
+                    help="SDPA backend to measure beside the parts (repeatable); default: flash and cudnn")  # fmt: skip
+    ap.add_argument("--no-sdpa", action="store_true", help="the parts alone")
     args = ap.parse_args(argv)
     try:
         numbers = parts.require(args.part) if args.part else [n for n in parts.available() if parts.uses_triton(n)]
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    numbers += [] if args.no_sdpa else [f"sdpa_{b}" for b in args.sdpa or ("flash", "cudnn")]
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("Launch cost is measured against a GPU's kernels: it needs a CUDA GPU.")
         return 0

@@ -52,14 +52,20 @@ def table_launch_cost(gpu_dir):
     timing = [r for r in rows if r["what"] in ("gpu_us", "host_us", "call_us")]
     index = {(r["part"], r.get("mode") or "fwd", r["N"], r["what"]): r["us"] for r in timing}
     keys = list(dict.fromkeys((r["part"], r.get("mode") or "fwd", r["N"]) for r in timing))
-    body = [[p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us"))] for p, m, n in keys]
+
+    def vs_sdpa(p, m, n):  # host time against SDPA flash's in the same mode and N
+        ours, theirs = index.get((p, m, n, "host_us")), index.get(("sdpa_flash", m, n, "host_us"))
+        return f"{float(ours) / float(theirs):.1f}x" if ours and theirs else "—"
+
+    body = [[p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us")), vs_sdpa(p, m, n)]
+            for p, m, n in keys]  # fmt: skip
     groups = [r for r in rows if r["group"]]
     group_body = [[r["part"], r.get("mode") or "fwd", r["group"], r["us"]] for r in groups]
     out = [provenance_line(rows, "python -m part5_profiling.launch_cost && make report"), "",
            "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
            "fwd+bwd: the forward and torch.autograd.grad):", "",
-           markdown_table(["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench"], body,
-                          "llrrrr")]  # fmt: skip
+           markdown_table(["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench",
+                           "host / SDPA flash's"], body, "llrrrrr")]  # fmt: skip
     if group_body:
         out += ["", f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):", "",
                 markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr")]  # fmt: skip

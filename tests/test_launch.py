@@ -1,0 +1,62 @@
+"""Part 5's Launch: after a shape class's first call, the kernels are launched straight through the
+compiled kernel's launcher, skipping Triton's per-call Python. These tests hold it to the same bits
+as Triton's own path, including a second length of the same class (the grid is per call, the
+compiled kernel per class). GPU only: under the interpreter every call takes Triton's path."""
+
+import pytest
+import torch
+
+from common import parts
+from common.inputs import Shape, make_inputs
+from tests.helpers import DEVICE, needs_gpu
+
+pytestmark = needs_gpu
+
+
+def _launchers(module):
+    return [module._launch_fwd, module._launch_preprocess, module._launch_dkdv, module._launch_dq]
+
+
+def _forget(module):
+    for launch in _launchers(module):
+        launch.known.clear()
+
+
+def _run(module, q, k, v, do, causal):
+    o, lse = module.flash_forward(q, k, v, causal)
+    return (o, lse, *module.flash_backward(q, k, v, o, lse, do, causal))
+
+
+@pytest.fixture(scope="module")
+def part5():
+    if 5 not in parts.available():
+        pytest.skip("part 5 has no kernel")
+    return parts.load(5)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_fast_launch_gives_tritons_bits(part5, dtype, causal):
+    # 300 and 400 queries share the autotuner's bucket (512): one compiled kernel, two grids.
+    small = make_inputs(Shape((2, 3), 300, 260, 64), dtype, DEVICE, seed=1)
+    large = make_inputs(Shape((2, 3), 400, 450, 64), dtype, DEVICE, seed=2)
+    _forget(part5)
+    expected = _run(part5, *large, causal)  # Triton's own path: the first call of the class
+    _forget(part5)
+    _run(part5, *small, causal)  # learns the class on the small shape
+    assert all(launch.known for launch in _launchers(part5)), "every kernel should now know the class"
+    got = _run(part5, *large, causal)  # the fast path, on the large shape's grid
+    names = ["O", "L", "dQ", "dK", "dV"]
+    for name, e, g in zip(names, expected, got):
+        assert torch.equal(e, g), f"{name}: the fast launch differs from Triton's own launch"
+
+
+def test_fast_launch_keeps_the_chosen_config(part5):
+    # bench.chosen_config reads the autotuner's best_config; the fast path must leave the right one.
+    q64 = make_inputs(Shape((1, 2), 256, 256, 64), torch.bfloat16, DEVICE, seed=3)[:3]
+    q128 = make_inputs(Shape((1, 2), 256, 256, 128), torch.bfloat16, DEVICE, seed=4)[:3]
+    part5.flash_forward(*q64, False)
+    config64 = part5._attn_fwd.best_config
+    part5.flash_forward(*q128, False)
+    part5.flash_forward(*q64, False)  # a known class: the fast path
+    assert part5._attn_fwd.best_config is config64
