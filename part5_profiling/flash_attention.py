@@ -58,6 +58,13 @@ def n_bucket(n_q, n_k):
     return max(256, triton.next_power_of_2(max(n_q, n_k)))
 
 
+def _launch_hooked():
+    """Whether a launch hook is set (a profiler's). Triton 3.6-3.9 keep the hooks in a HookChain,
+    an object that is never None and calls each hook it holds: set means non-empty."""
+    hook = knobs.runtime.launch_enter_hook
+    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
+
+
 class Launch:
     """One kernel's launches, cheaper: what Triton's launch path works out from the arguments on
     every call (which autotuned configuration, which compiled binary, the grid, the constexpr
@@ -80,7 +87,7 @@ class Launch:
 
     def __call__(self, key, grid, *args, **constexprs):
         known = self.known.get(key)
-        if known is None or INTERPRET or knobs.runtime.launch_enter_hook is not None:
+        if known is None or INTERPRET or _launch_hooked():
             compiled = self.kernel[lambda meta: (grid(meta),)](*args, **constexprs)
             if not INTERPRET:
                 config = getattr(self.kernel, "best_config", None)  # the autotuner's choice for this key

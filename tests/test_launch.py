@@ -17,6 +17,16 @@ def _launchers(module):
     return [module._launch_fwd, module._launch_preprocess, module._launch_dkdv, module._launch_dq]
 
 
+class _Unreachable:
+    """Stands in for a kernel whose Triton launch path must not be taken."""
+
+    def __init__(self, kernel):
+        self.best_config = getattr(kernel, "best_config", None)
+
+    def __getitem__(self, grid):
+        raise AssertionError("a known shape class went through Triton's own launch path")
+
+
 def _forget(module):
     for launch in _launchers(module):
         launch.known.clear()
@@ -45,7 +55,14 @@ def test_fast_launch_gives_tritons_bits(part5, dtype, causal):
     _forget(part5)
     _run(part5, *small, causal)  # learns the class on the small shape
     assert all(launch.known for launch in _launchers(part5)), "every kernel should now know the class"
-    got = _run(part5, *large, causal)  # the fast path, on the large shape's grid
+    kernels = [launch.kernel for launch in _launchers(part5)]
+    try:  # Triton's own path is now out of reach: the next call must not need it
+        for launch in _launchers(part5):
+            launch.kernel = _Unreachable(launch.kernel)
+        got = _run(part5, *large, causal)  # the fast path, on the large shape's grid
+    finally:
+        for launch, kernel in zip(_launchers(part5), kernels):
+            launch.kernel = kernel
     names = ["O", "L", "dQ", "dK", "dV"]
     for name, e, g in zip(names, expected, got):
         assert torch.equal(e, g), f"{name}: the fast launch differs from Triton's own launch"
