@@ -138,7 +138,7 @@ def table_overview(gpu_dir):
            "Forward TFLOP/s at N = 4096 (B=4, H=8, bf16):", "", markdown_table(header, body, "lrrrr")]  # fmt: skip
     untimed = [impl for impl in impls_in(rows) if all(idx.get((impl, d, c, 4096)) is None for d, c in PANELS)]
     if untimed:
-        out += ["", f"—: not timed at N = 4096 ({', '.join(map(impl_label, untimed))}: see its own table)."]
+        out += ["", f"—: not timed at N = 4096 ({', '.join(map(impl_label, untimed))}; bench.csv has what was timed)."]
     dispatched = sorted({r["backend"] for r in rows if r["impl"] == "sdpa_default" and r["backend"]})
     if dispatched:
         out += ["", f"SDPA's default dispatch ran: {', '.join(dispatched)} (read off the profiler)."]

@@ -1,11 +1,11 @@
-"""Part 5: part 4's kernels, launched for less. The profile (results/h200/part5_launch_cost.csv and
-part5_profile.csv) says the kernels are within reach of cuDNN at N >= 4096, while below N = 2048
-Python's time per call is longer than the GPU's: part 4 spends 45 us of host time per kernel
-launch, three quarters of it in Triton's generic launch path (the autotuner's key, binding the
-arguments, the compile-cache key, the grid function, launch metadata), redone on every call for
-the same answer. So the one change here is `Launch`: the first call of each shape class goes
-through Triton as before (compile, autotune); later calls of that class hand the arguments
-straight to the compiled kernel's launcher. The kernels are part 4's, unchanged.
+"""Part 5: part 4's kernels, launched for less. The profile (results/h200/part5_launch_cost.csv)
+says that below N = 4096 Python's time per call is longer than the GPU's, and that under cProfile
+a third of part 4's forward's host time, and nearly half of its backward's, is in Triton's generic
+launch path (the autotuner's key, binding the arguments, the compile-cache key, the grid, launch
+metadata), redone on every call for the same answer. So the one change here is `Launch`: the
+first call of each shape class goes through Triton as before (compile, autotune); later calls of
+that class hand the arguments straight to the compiled kernel's launcher. The kernels are part
+4's, unchanged.
 
 Run:  make test PART=5   |   make bench PART=5   |   python -m part5_profiling.launch_cost (GPU)
 """

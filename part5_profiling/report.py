@@ -33,8 +33,24 @@ def table_profile(gpu_dir):
         regs = sorted({f"{r['kernel']} {r['value']}" for r in mine if r["metric"] == "registers per thread"
                        and r["method"] == "compiler"})  # fmt: skip
         spills = sum(int(r["value"]) for r in mine if r["metric"] == "spilled registers")
-        tensor = _value(mine, method="ncu", metric="tensor pipe (wgmma) active, %")
-        stall = next((r["metric"].split(": ", 1)[1] for r in mine if r["metric"].startswith("stall #1")), None)
+        # ncu's figures per kernel (a backward pass has three): "dkdv 59; dq 67; preprocess 0.1".
+        # On the H200 ncu reported only the hmma pipe counter, which counts wgmma too.
+        tensor, stall = [], []
+        for kernel in dict.fromkeys(
+            r["kernel"] for r in mine if r["method"] == "ncu" and r["kernel"] != "(all kernels)"
+        ):
+            own = [r for r in mine if r["method"] == "ncu" and r["kernel"] == kernel]
+            short = kernel.removeprefix("_attn_").removeprefix("bwd_")
+            pipe = _value(own, metric="tensor pipe (wgmma) active, %") or _value(
+                own, metric="tensor pipe (mma) active, %"
+            )
+            if pipe is not None:
+                tensor.append(f"{short} {float(pipe):.0f}" if float(pipe) >= 1 else f"{short} <1")
+            top = next((r["metric"].split(": ", 1)[1] for r in own if r["metric"].startswith("stall #1")), None)
+            if top:
+                stall.append(f"{short} {top}")
+        tensor = "; ".join(tensor) if tensor else None
+        stall = "; ".join(stall) if stall else None
         failed = any(r["metric"] == "error" for r in mine)  # a method that raised: the CSV's note says why
         us, tf = (("error" if failed else "—") if x is None else x for x in (us, tf))
         body.append([target, pass_, d, yes_no(causal), us, tf, "; ".join(regs) or "—", spills if regs else "—",
