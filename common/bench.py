@@ -364,6 +364,17 @@ def measure_forward(module, q, k, v, causal, do_bench=True):
     return out
 
 
+def each_shape(seq_lens, head_dims=HEAD_DIMS, masks=(False, True), b=B, h=H):
+    """(d, causal, n, (q, k, v, do)) for every shape of the grid, in the benchmark's order and with
+    its seeds (every study that times on the benchmark's inputs walks the grid through this); the
+    GPU's cached memory is released after each shape."""
+    for d in head_dims:
+        for causal in masks:
+            for n in seq_lens:
+                yield d, causal, n, make_inputs(Shape((b, h), n, n, d), DTYPE, runtime.DEVICE, seed=n + d + causal)
+                torch.cuda.empty_cache()
+
+
 def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False, True)):
     """Check and time every implementation; save(rows so far), if given, after each shape, so a run
     cut short keeps what it measured."""
@@ -371,22 +382,18 @@ def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False
     meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it
     print(f"benchmark on {runtime.describe()}, commit {meta['commit']}", flush=True)
     rows = []
-    for d in head_dims:
-        for causal in masks:
-            for n in seq_lens:
-                q, k, v, do = make_inputs(Shape((B, H), n, n, d), DTYPE, runtime.DEVICE, seed=n + d + causal)
-                for mode in modes:
-                    for impl in (i for i in impls if i.runs(mode, n)):
-                        row = dict(impl=impl.name, part="" if impl.part is None else impl.part, B=B, H=H, N=n, D=d,
-                                   dtype="bf16", causal=int(causal), mode=mode, **meta)  # fmt: skip
-                        with impl.context():
-                            rows.append(measure(row, impl, mode, q, k, v, do, causal, time_ms, graph_time_ms))
-                        print(f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {row['ms'] or '-':>9} ms "
-                              f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
-                              flush=True)  # fmt: skip
-                torch.cuda.empty_cache()
-                if save is not None:
-                    save(rows)
+    for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, masks):
+        for mode in modes:
+            for impl in (i for i in impls if i.runs(mode, n)):
+                row = dict(impl=impl.name, part="" if impl.part is None else impl.part, B=B, H=H, N=n, D=d,
+                           dtype="bf16", causal=int(causal), mode=mode, **meta)  # fmt: skip
+                with impl.context():
+                    rows.append(measure(row, impl, mode, q, k, v, do, causal, time_ms, graph_time_ms))
+                print(f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {row['ms'] or '-':>9} ms "
+                      f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
+                      flush=True)  # fmt: skip
+        if save is not None:
+            save(rows)
     return rows
 
 

@@ -2,10 +2,7 @@
 (what casting P costs, a launch order, a stage doubled, a candidate optimisation) build each variant
 this way, so the variant is the shipped kernel with only the named lines different."""
 
-import torch
-
-from common import bench, parts, results, runtime
-from common.inputs import Shape, make_inputs
+from common import bench, parts, results
 
 
 def apply(source, replacements, where="the kernel"):
@@ -31,21 +28,17 @@ def time_forwards(modules, row_for, seq_lens, head_dims=(64, 128), b=4, h=8, do_
     bench.measure_forward returns and the provenance. A module that fails to compile or run gets an
     "error: ..." check instead. save(rows so far), if given, runs after every shape."""
     meta, rows = results.provenance(), []
-    for d in head_dims:
-        for causal in (False, True):
-            for n in seq_lens:
-                q, k, v, _ = make_inputs(Shape((b, h), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d + causal)
-                for label, module in modules.items():
-                    row = dict(row_for(label, causal), B=b, H=h, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
-                    try:
-                        row.update(bench.measure_forward(module, q, k, v, causal, do_bench=do_bench))
-                    except Exception as e:  # a variant the compiler refuses: say why, go on
-                        row["check"] = f"error: {bench.why(e)}"
-                    rows.append(row)
-                    print(f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
-                          f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}",
-                          flush=True)  # fmt: skip
-                torch.cuda.empty_cache()
-                if save is not None:
-                    save(rows)
+    for d, causal, n, (q, k, v, _) in bench.each_shape(seq_lens, head_dims, b=b, h=h):
+        for label, module in modules.items():
+            row = dict(row_for(label, causal), B=b, H=h, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+            try:
+                row.update(bench.measure_forward(module, q, k, v, causal, do_bench=do_bench))
+            except Exception as e:  # a variant the compiler refuses: say why, go on
+                row["check"] = f"error: {bench.why(e)}"
+            rows.append(row)
+            print(f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
+                  f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}",
+                  flush=True)  # fmt: skip
+        if save is not None:
+            save(rows)
     return rows

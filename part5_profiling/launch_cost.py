@@ -26,6 +26,7 @@ groups are shares, not absolute times; host_us is the absolute.
 
 import argparse
 import cProfile
+import functools
 import pstats
 import re
 import sys
@@ -94,7 +95,9 @@ def sdpa_calls(backend, n):
     impl = bench.sdpa_impl(backend)
     q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
     with bench.sdpa_context(backend):  # the bwd mode runs its forward here: on this backend
-        return {mode: bench.timed_call(impl, mode, q, k, v, do, False) for mode in ("fwd", "bwd", "fwd+bwd")}
+        # SDPA's backward has no direct call: bench's bwd mode runs it through autograd
+        modes = {"fwd": "fwd", "bwd, autograd": "bwd", "fwd+bwd": "fwd+bwd"}
+        return {mode: bench.timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
 
 
 def calls(n_part, n):
@@ -138,6 +141,8 @@ def run(part_numbers, save=None):
     meta = results.provenance()
     rows = []
     for n_part in part_numbers:
+        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn": pinned while measured, not profiled
+        context = functools.partial(bench.sdpa_context, n_part.removeprefix("sdpa_")) if sdpa else nullcontext
         for n in SEQ_LENS:
             try:
                 modes = calls(n_part, n)
@@ -148,13 +153,10 @@ def run(part_numbers, save=None):
                 print(f"part {n_part} N={n:>5}  error: {bench.why(e)}", flush=True)
                 continue
             for mode, fn in modes.items():
-                if isinstance(n_part, str) and mode == "bwd":
-                    mode = "bwd, autograd"  # SDPA's backward has no direct call: it runs through autograd
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
-                context = bench.sdpa_context(n_part.removeprefix("sdpa_")) if isinstance(n_part, str) else nullcontext()
-                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd") and not isinstance(n_part, str)
+                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd") and not sdpa
                 try:
-                    with context:
+                    with context():
                         measured, notes, groups = measure(fn, with_groups=groups_too)
                 except Exception as e:  # a mode that fails: say why, go on
                     rows.append(dict(base, what=f"error: {bench.why(e)}", us=""))
