@@ -25,6 +25,53 @@ CAUSAL_ORDER = (
     "        tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS\n        bh = (pid % N_SEQS).to(tl.int64)\n"
 )
 GROUPED = ORDERS["tile-major in groups of 4 sequences, last tile first"]
+FIRST_CALL = """    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
+        BLOCK_N, False, IS_CAUSAL, DOT_PRECISION,
+    )  # fmt: skip
+"""  # the forward's loop over whole key tiles (no masks)
+TAIL_RANGE = "acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,"  # its masked tail
+TUNED_D128 = '    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),\n'
+NEXT_DEF = "\n\n# N_QUERIES, N_KEYS and N_SEQS are runtime values"
+# The next tile's Q K^T issued before this tile's softmax (FlashAttention-3's overlap within a
+# warpgroup, by hand): the product runs on the tensor cores while the same warps compute exp2.
+# Whole tiles only (lo < hi); the masked tail keeps part 4's loop. Two score tiles are live at once.
+PIPELINED = (
+    """
+@triton.jit
+def _attn_fwd_pipelined(
+    acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr
+):  # fmt: skip
+    s = tl.dot(q, tl.trans(k_desc.load([lo, 0])), input_precision=DOT_PRECISION)
+    for k_start in range(lo, hi, BLOCK_N):
+        v = v_desc.load([k_start, 0])
+        next_start = tl.minimum(k_start + BLOCK_N, hi - BLOCK_N)  # the last round recomputes its own tile
+        s_next = tl.dot(q, tl.trans(k_desc.load([next_start, 0])), input_precision=DOT_PRECISION)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+        p = tl.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        m_i = m_new
+        s = s_next
+    return acc, l_i, m_i
+"""
+    + NEXT_DEF
+)
+PIPELINED_CALL = """    if unmasked_hi > 0:
+        acc, l_i, m_i = _attn_fwd_pipelined(
+            acc, l_i, m_i, q, k_desc, v_desc, 0, unmasked_hi, qk_scale, BLOCK_N, DOT_PRECISION
+        )  # fmt: skip
+"""
+
+
+def more_configs(*configs):
+    """A replacement that adds (BLOCK_M, BLOCK_N, warps, stages) configurations to the autotuner's list."""
+    lines = "".join(f'    triton.Config({{"BLOCK_M": {m}, "BLOCK_N": {n}}}, num_warps={w}, num_stages={s}),\n'
+                    for m, n, w, s in configs)  # fmt: skip
+    return TUNED_D128, TUNED_D128 + lines
+
+
 CANDIDATES = {
     "part 4": [],
     # Triton splits the loop's warps into a producer (the loads) and consumers (products, softmax).
@@ -33,17 +80,36 @@ CANDIDATES = {
     ],
     # The causal launch order of part 3's launch-order study, in groups of 4 sequences (L2 reuse).
     "grouped causal order": [(CAUSAL_ORDER, "".join("    " + line + "\n" for line in GROUPED))],
+    # Triton 3.6 specializes warps only in a kernel with one loop and no tile product outside it (a
+    # second loop, or one masked step after it, and the pass fails or does nothing: compiled for
+    # sm_90 to check). So: one loop over every key tile, masked throughout, warp-specialized; the
+    # 128 x 128 tile with 2 stages replaces 256 x 64 at D = 128.
+    "one warp-specialized loop": [
+        (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=True):\n"),
+        (FIRST_CALL, ""),
+        (TAIL_RANGE, TAIL_RANGE.replace("unmasked_hi, hi", "0, hi")),
+        more_configs((128, 128, 4, 2)),
+    ],
+    # Two score tiles live spill at D = 128 with 4 warps per 128 rows (compiled for sm_90: 96-1008
+    # bytes of stack); 8 warps (64 rows per warpgroup) hold them: 150-250 registers, none spilled.
+    "Q K^T issued one tile ahead": [
+        (NEXT_DEF, PIPELINED),
+        (FIRST_CALL, PIPELINED_CALL),
+        more_configs((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3)),
+    ],
 }
 FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
           "check", *results.PROVENANCE]  # fmt: skip
+KEY = ("candidate", "N", "D", "causal")  # a run of some candidates keeps the others' rows
 
 
 def load(name):
     return variants.load(PART, CANDIDATES[name], f"part5_candidate{list(CANDIDATES).index(name)}")
 
 
-def run(seq_lens, save=None):
-    modules = {name: load(name) for name in CANDIDATES}
+def run(seq_lens, names=None, save=None):
+    """Check and time part 4 and the named candidates (default: every one) at each N."""
+    modules = {name: load(name) for name in ["part 4", *(n for n in names or CANDIDATES if n != "part 4")]}
     rows = variants.time_forwards(modules, lambda name, causal: dict(candidate=name), seq_lens, HEAD_DIMS, B, H,
                                   do_bench=False, save=save)  # fmt: skip
     base = {(r["D"], r["causal"], r["N"]): float(r["graph_ms"]) for r in rows
@@ -57,11 +123,14 @@ def run(seq_lens, save=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
+    ap.add_argument("--candidate", action="append", choices=list(CANDIDATES),
+                    help="time this candidate (repeatable; part 4 always runs); default: all")  # fmt: skip
     args = ap.parse_args(argv)
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The candidates are timed on a CUDA GPU; on a CPU the tests check that each computes attention.")
         return 0
-    return results.write_as_measured("part5_candidates.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save))
+    run_them = lambda save: run(args.n or SEQ_LENS, args.candidate, save)  # noqa: E731
+    return results.write_as_measured("part5_candidates.csv", FIELDS, run_them, key=KEY)
 
 
 if __name__ == "__main__":

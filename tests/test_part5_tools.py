@@ -138,13 +138,13 @@ def test_walkthrough_runs_in_a_fresh_process():
     assert "FLOPs per byte" in out.stdout
 
 
-@pytest.mark.parametrize("candidate", range(3))
+@pytest.mark.parametrize("candidate", range(5))
 def test_every_candidate_computes_attention(candidate):
     """A candidate change must keep the answer: each is checked here (interpreter on a CPU) on ragged,
     causal shapes with more sequences than a launch-order group holds."""
     from part5_profiling import candidates
 
-    assert len(candidates.CANDIDATES) == 3, "a new candidate: extend the parametrisation above"
+    assert len(candidates.CANDIDATES) == 5, "a new candidate: extend the parametrisation above"
     module = candidates.load(list(candidates.CANDIDATES)[candidate])
     for causal in (False, True):
         for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16)):
