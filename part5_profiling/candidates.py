@@ -30,6 +30,25 @@ FIRST_CALL = """    acc, l_i, m_i = _attn_fwd_inner(
         BLOCK_N, False, IS_CAUSAL, DOT_PRECISION,
     )  # fmt: skip
 """  # the forward's loop over whole key tiles (no masks)
+FWD_META = """    grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
+    meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
+"""  # the forward's launch arguments
+TAIL_CALL = FIRST_CALL.replace("0, unmasked_hi", "unmasked_hi, hi").replace("False, IS", "True, IS")
+WHOLE_CALL = """    if WHOLE_TILES:
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, N_KEYS, N_KEYS, qk_scale,
+            BLOCK_N, False, IS_CAUSAL, DOT_PRECISION, True,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
+            BLOCK_N, False, IS_CAUSAL, DOT_PRECISION, False,
+        )  # fmt: skip
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
+            BLOCK_N, True, IS_CAUSAL, DOT_PRECISION, False,
+        )  # fmt: skip
+"""
 TAIL_RANGE = "acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,"  # its masked tail
 TUNED_D128 = '    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),\n'
 NEXT_DEF = "\n\n# N_QUERIES, N_KEYS and N_SEQS are runtime values"
@@ -92,6 +111,29 @@ CANDIDATES = {
     ],
     # Two score tiles live spill at D = 128 with 4 warps per 128 rows (compiled for sm_90: 96-1008
     # bytes of stack); 8 warps (64 rows per warpgroup) hold them: 150-250 registers, none spilled.
+    # Warp specialization where the loop needs no mask at all: not causal and N_k a multiple of
+    # every BLOCK_N (128), decided on the host; every other call runs part 4's two loops.
+    "warp-specialized whole tiles": [
+        (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):\n"),
+        (
+            "    DOT_PRECISION: tl.constexpr,\n):  # fmt: skip\n" + DOC,
+            "    DOT_PRECISION: tl.constexpr,\n    WS: tl.constexpr,\n):  # fmt: skip\n" + DOC,
+        ),
+        (FIRST_CALL + TAIL_CALL, WHOLE_CALL),
+        (
+            "    IS_CAUSAL: tl.constexpr,\n    DOT_PRECISION: tl.constexpr,  #",
+            "    IS_CAUSAL: tl.constexpr,\n    WHOLE_TILES: tl.constexpr,\n    DOT_PRECISION: tl.constexpr,  #",
+        ),
+        (
+            'key=["D", "IS_CAUSAL", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}',
+            'key=["D", "IS_CAUSAL", "WHOLE_TILES", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}',
+        ),
+        (
+            FWD_META,
+            FWD_META.replace("_dot_precision(Q))", "_dot_precision(Q), WHOLE_TILES=not is_causal and n_k % 128 == 0)"),
+        ),
+        more_configs((128, 128, 4, 2)),
+    ],
     "Q K^T issued one tile ahead": [
         (NEXT_DEF, PIPELINED),
         (FIRST_CALL, PIPELINED_CALL),
