@@ -49,6 +49,15 @@ WHOLE_CALL = """    if WHOLE_TILES:
             BLOCK_N, True, IS_CAUSAL, DOT_PRECISION, False,
         )  # fmt: skip
 """
+L_STORE = "    tl.store(L + bh * N_QUERIES + q_pos, lse, mask=q_pos < N_QUERIES)\n"
+L_STORE_WHOLE = (
+    """    if WHOLE_TILES:
+        tl.make_tensor_descriptor(L + bh * N_QUERIES, [N_QUERIES], [1], [BLOCK_M]).store([q_start], lse)
+    else:
+"""
+    + "    "
+    + L_STORE
+)
 TAIL_RANGE = "acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,"  # its masked tail
 TUNED_D128 = '    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),\n'
 NEXT_DEF = "\n\n# N_QUERIES, N_KEYS and N_SEQS are runtime values"
@@ -112,7 +121,10 @@ CANDIDATES = {
     # Two score tiles live spill at D = 128 with 4 warps per 128 rows (compiled for sm_90: 96-1008
     # bytes of stack); 8 warps (64 rows per warpgroup) hold them: 150-250 registers, none spilled.
     # Warp specialization where the loop needs no mask at all: not causal and N_k a multiple of
-    # every BLOCK_N (128), decided on the host; every other call runs part 4's two loops.
+    # every BLOCK_N (128), decided on the host; every other call runs part 4's two loops. Stored
+    # with tl.store after the specialized loop, L came out wrong in whole 128-row tiles (a quarter
+    # of the rows at N = 4096; O right), so L goes out through a descriptor here, which needs
+    # each sequence's L row on a 16-byte boundary: N_q a multiple of 4.
     "warp-specialized whole tiles": [
         (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):\n"),
         (
@@ -130,8 +142,12 @@ CANDIDATES = {
         ),
         (
             FWD_META,
-            FWD_META.replace("_dot_precision(Q))", "_dot_precision(Q), WHOLE_TILES=not is_causal and n_k % 128 == 0)"),
+            FWD_META.replace(
+                "_dot_precision(Q))",
+                "_dot_precision(Q), WHOLE_TILES=not is_causal and n_k % 128 == 0 and n_q % 4 == 0)",
+            ),
         ),
+        (L_STORE, L_STORE_WHOLE),
         more_configs((128, 128, 4, 2)),
     ],
     "Q K^T issued one tile ahead": [
