@@ -22,6 +22,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "since_part(n): run this test only for part n and the parts after it")
     config.addinivalue_line("markers", "triton_parts: run this test only for parts whose forward is a Triton kernel")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (full-size shapes, bf16 in Triton parts)")
+    config.addinivalue_line("markers", "not_selected: a test of parts not chosen with --part (deselected)")
     chosen = config.getoption("--part")
     if chosen:
         try:
