@@ -39,6 +39,7 @@ VARIANTS = {
 }
 FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "delta_us", "config", "check",
           *results.PROVENANCE]  # fmt: skip
+KEY = ("variant", "D", "causal")  # a run of some shapes keeps the other rows
 
 
 def variant_source(name):
@@ -59,12 +60,12 @@ def time_variant(name, module, q, k, v, causal):
         return bench.graph_time_ms(fn), check
 
 
-def run(save=None):
+def run(head_dims=HEAD_DIMS, masks=(False, True), save=None):
     modules = {name: parts.load_source(f"part5_stage{i}", variant_source(name)) for i, name in enumerate(VARIANTS)}
     meta = results.provenance()
     rows = []
-    for d in HEAD_DIMS:
-        for causal in (False, True):
+    for d in head_dims:
+        for causal in masks:
             q, k, v, _ = make_inputs(Shape((B, H), N, N, d), torch.bfloat16, runtime.DEVICE, seed=d + causal)
             flops = bench.attention_flops(B, H, N, N, d, causal)
             base_ms = None
@@ -89,12 +90,19 @@ def run(save=None):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--d", type=int, action="append", choices=HEAD_DIMS, help="head dimension (repeatable); default: both"
+    )
+    ap.add_argument("--causal", type=int, action="append", choices=(0, 1), help="0 or 1 (repeatable); default: both")
+    args = ap.parse_args(argv)
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The stage timings need a CUDA GPU.")
         return 0
     failed = lambda r: r["check"].startswith(("FAIL", "error"))  # noqa: E731  (the variants are not checked)
-    return results.write_as_measured("part5_stages.csv", FIELDS, run, failed)
+    masks = [bool(c) for c in args.causal] if args.causal else (False, True)
+    run_them = lambda save: run(args.d or HEAD_DIMS, masks, save)  # noqa: E731
+    return results.write_as_measured("part5_stages.csv", FIELDS, run_them, failed, key=KEY)
 
 
 if __name__ == "__main__":
