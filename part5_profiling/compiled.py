@@ -1,0 +1,120 @@
+"""What the compiler makes of part 4's forward and of each candidate, on any machine, GPU or not.
+
+    TRITON_INTERPRET=0 python -m part5_profiling.compiled    # results/h200/part5_compiled.csv
+
+Triton's compiler and the ptxas it ships run on the CPU: this compiles each candidate's forward
+(candidates.py) for sm_90, the H200's architecture, at every configuration its autotuner could
+pick (those that fit in shared memory), and reads off the binary what a profiler would need the GPU
+for: whether it compiled, whether Triton split the warps into a producer and consumers (warp
+specialization), how many warps it launches, registers per thread, bytes spilled to the stack, and
+shared memory. The numbers depend on the Triton version (the CSV says which); the H200 runs 3.6.
+
+TRITON_INTERPRET=0 is needed on a machine without a GPU, where the project otherwise switches on
+Triton's interpreter (which compiles nothing).
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import results, runtime
+
+ARCH = 90  # sm_90: Hopper, the H200
+HEAD_DIMS = (64, 128)
+TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "L": "*fp32", "scale": "fp32"}  # the rest: i32
+FIELDS = ["candidate", "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "status", "warp_specialized",
+          "warps_launched", "registers", "stack_bytes", "smem_bytes", "arch", *results.PROVENANCE]  # fmt: skip
+KEY = ("candidate", "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+
+
+def resources(cubin):
+    """Registers per thread and stack bytes of a compiled kernel, read with the cuobjdump Triton ships."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    if found is None:
+        raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-200:]!r}")
+    return int(found[1]), int(found[2])
+
+
+def compile_forward(module, d, causal, config):
+    """One row: the module's _attn_fwd compiled for sm_90 at this D, mask and configuration."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = module._attn_fwd.fn  # under the autotuner, the JIT function
+    names = fn.arg_names
+    constexpr_names = {names[i] for i in fn.constexprs}
+    values = dict(D=d, IS_CAUSAL=causal, DOT_PRECISION="tf32", WHOLE_TILES=not causal, **config.kwargs)
+    signature = {n: "constexpr" if n in constexpr_names else TYPES.get(n, "i32") for n in names}
+    constexprs = {n: values[n] for n in names if n in constexpr_names}
+    row = dict(D=d, causal=int(causal), **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages,
+               arch=f"sm_{ARCH}")  # fmt: skip
+    try:
+        kernel = triton.compile(
+            ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", ARCH, 32),
+            options=dict(num_warps=config.num_warps, num_stages=config.num_stages),
+        )
+    except Exception as e:  # the compiler refuses: its last line says why
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")
+    registers, stack = resources(kernel.asm["cubin"])
+    return dict(row, status="ok", warp_specialized=int("ttg.warp_specialize(" in kernel.asm["ttgir"]),
+                warps_launched=kernel.metadata.num_warps, registers=registers, stack_bytes=stack,
+                smem_bytes=kernel.metadata.shared)  # fmt: skip
+
+
+def run(names, save=None):
+    from part5_profiling import candidates
+
+    meta, rows = results.provenance(), []
+    for name in names:
+        module = candidates.load(name)
+        for d in HEAD_DIMS:
+            for causal in (False, True):
+                for config in module.TUNED:
+                    k = config.kwargs
+                    if module.smem_bytes(k["BLOCK_M"], k["BLOCK_N"], d, 2, config.num_stages) > 227 * 1024:
+                        continue  # the autotuner would prune it on the H200 too
+                    row = dict(compile_forward(module, d, causal, config), candidate=name, **meta)
+                    rows.append(row)
+                    print(f"{name:<30} D={d:<3} causal={causal:d} {k['BLOCK_M']}x{k['BLOCK_N']} w{config.num_warps} "
+                          f"s{config.num_stages}  {row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
+                          f"warps={row.get('warps_launched', '-')} regs={row.get('registers', '-')} "
+                          f"stack={row.get('stack_bytes', '-')}", flush=True)  # fmt: skip
+        if save is not None:
+            save(rows)
+    return rows
+
+
+def main(argv=None):
+    from part5_profiling import candidates
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--candidate", action="append", choices=list(candidates.CANDIDATES),
+                    help="compile this candidate (repeatable); default: all")  # fmt: skip
+    ap.add_argument("--out", help="folder for part5_compiled.csv (default: $RESULTS_DIR, else results/h200)")
+    args = ap.parse_args(argv)
+    if runtime.INTERPRET:
+        print("Triton's interpreter is on, which compiles nothing: run with TRITON_INTERPRET=0.")
+        return 2
+    # sm_90 is the H200's architecture, whichever machine compiles: its results folder by default.
+    os.environ["RESULTS_DIR"] = str(args.out or os.environ.get("RESULTS_DIR") or results.results_dir("h200"))
+    names = args.candidate or list(candidates.CANDIDATES)
+    broken = lambda r: r["candidate"] == "part 4" and r["status"] != "ok"  # noqa: E731  (a candidate may fail: a finding)
+    return results.write_as_measured("part5_compiled.csv", FIELDS, lambda save: run(names, save), broken, key=KEY)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
