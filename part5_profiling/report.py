@@ -3,6 +3,8 @@ forward's time goes, and the roofline. `make report` fills the README blocks nam
 calls draw().
 """
 
+import re
+
 from common.report import PANELS, yes_no
 from common.results import markdown_table, provenance_line, read_csv
 from part5_profiling import roofline
@@ -114,7 +116,7 @@ def _stage_cell(row):
 
 def table_candidates(gpu_dir):
     rows = read_csv(gpu_dir / "part5_candidates.csv")
-    names = list(dict.fromkeys(r["candidate"] for r in rows))
+    names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")  # part 4 first
     index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
     body = []
     for d, c in PANELS:
@@ -127,11 +129,40 @@ def table_candidates(gpu_dir):
                       markdown_table(["D", "causal", "N", *names], body, "llr" + "r" * len(names))])  # fmt: skip
 
 
+def table_compiled(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_compiled.csv")
+    names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")
+    body = []
+    for name in names:
+        for d in sorted({r["D"] for r in rows}):
+            group = [r for r in rows if r["candidate"] == name and r["D"] == d]
+            ok = [r for r in group if r["status"] == "ok"]
+            if not group:
+                continue
+            warps = ", ".join(str(w) for w in sorted({r["warps_launched"] for r in ok})) or "—"
+            body.append([name, d, f"{len(ok)} of {len(group)}", sum(r["warp_specialized"] for r in ok), warps,
+                         _span([r["registers"] for r in ok]), _span([r["stack_bytes"] for r in ok])])  # fmt: skip
+    return "\n".join([provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.compiled && make report"), "",
+                      f"The forward of each candidate compiled for {rows[0]['arch']} at every configuration its autotuner "
+                      "could pick (causal and not), read off the binary:", "",
+                      markdown_table(["candidate", "D", "compiled", "warp-specialized", "warps launched",
+                                      "registers / thread", "stack bytes / thread"], body, "lrrrrrr")])  # fmt: skip
+
+
+def _span(values):
+    if not values:
+        return "—"
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def _candidate_cell(row):
     if row is None:
         return "—"
+    if row["graph_tflops"] is None and row["check"].startswith("FAIL"):  # computed a wrong answer: not timed
+        return "wrong " + ", ".join(re.findall(r"(\w+) \S+ FAIL", row["check"]))  # the outputs that failed
     if row["graph_tflops"] is None:
-        return row["check"].split(":")[0]  # "error" or "FAIL": the CSV says why
+        return row["check"].split(":")[0]  # "error": the CSV says why
     return f"{row['graph_tflops']:.0f}" + (f" ({row['speedup']:.2f}x)" if row["speedup"] is not None else "")
 
 
@@ -146,4 +177,5 @@ TABLES = {
     "part5-launch-cost": table_launch_cost,
     "part5-stages": table_stages,
     "part5-candidates": table_candidates,
+    "part5-compiled": table_compiled,
 }

@@ -118,6 +118,37 @@ def test_gpu_tools_say_what_they_need(name, capsys):
     assert "GPU" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(runtime.HAS_GPU, reason="checks the interpreter's refusal")
+def test_compiled_needs_the_compiler(capsys):
+    """Under the interpreter (this process on a CPU) nothing is compiled: the tool says how to run it."""
+    from part5_profiling import compiled
+
+    assert compiled.main([]) == 2
+    assert "TRITON_INTERPRET=0" in capsys.readouterr().out
+
+
+def test_compiled_reads_a_binary_off_the_compiler():
+    """One configuration of part 4's forward compiled for sm_90 in a fresh process with the compiler
+    on (any machine: Triton's compiler and ptxas run on the CPU): it compiles, launches the warps it
+    was given, and its registers come off the binary."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from common import ROOT
+
+    code = ("import json; from part5_profiling import candidates, compiled; m = candidates.load('part 4'); "
+            "print(json.dumps(compiled.compile_forward(m, 64, True, m.TUNED[1])))")  # fmt: skip
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    assert row["status"] == "ok" and row["arch"] == "sm_90"
+    assert row["warps_launched"] == 4 and row["warp_specialized"] == 0  # TUNED[1]: 128 x 64, 4 warps
+    assert 32 < row["registers"] <= 255 and row["stack_bytes"] >= 0 and row["smem_bytes"] > 0
+
+
 def test_profile_refuses_a_missing_part(capsys):
     from part5_profiling import profile
 
@@ -161,7 +192,7 @@ def test_every_candidate_computes_attention(name):
 
 def test_part5_tables(tmp_path):
     """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
-    from part5_profiling import candidates, ceilings, launch_cost, profile, report, stages
+    from part5_profiling import candidates, ceilings, compiled, launch_cost, profile, report, stages
 
     write_csv(tmp_path / "part5_ceilings.csv", [
         dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
@@ -196,11 +227,27 @@ def test_part5_tables(tmp_path):
     assert "| 128 | no | 500 (+0) | 600 (+100) |" in report.table_stages(tmp_path)
 
     write_csv(tmp_path / "part5_candidates.csv", [
+        dict(candidate="one warp-specialized loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0,
+             check="FAIL O inf<=1.9e-02 FAIL  L 1.0e-06<=3.7e-05 ok  dQ 2.0<=0.1 FAIL", **META),
         dict(candidate="part 4", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, graph_tflops=400.0, speedup=1.0,
              check="ok", **META),
         dict(candidate="warp-specialized key loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, check="error: X",
              **META)], candidates.FIELDS)  # fmt: skip
-    assert "| 64 | no | 4096 | 400 (1.00x) | error |" in report.table_candidates(tmp_path)
+    write_csv(tmp_path / "part5_compiled.csv", [
+        dict(candidate=name, D=128, causal=c, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, arch="sm_90",
+             **(dict(status="ok", warp_specialized=ws, warps_launched=w, registers=r, stack_bytes=st, smem_bytes=1)
+                if ok else dict(status="error: PassManager::run failed")), **META)
+        for name, c, ok, ws, w, r, st in (("one loop", 0, True, 1, 12, 168, 0), ("one loop", 1, True, 0, 4, 255, 32),
+                                          ("part 4", 0, True, 0, 4, 255, 8), ("two loops", 0, False, 0, 0, 0, 0))],
+        compiled.FIELDS)  # fmt: skip
+    table = report.table_compiled(tmp_path)  # part 4 first; spans over configurations and masks
+    assert table.index("| part 4 |") < table.index("| one loop |")
+    assert "| one loop | 128 | 2 of 2 | 1 | 4, 12 | 168-255 | 0-32 |" in table
+    assert "| two loops | 128 | 0 of 1 | 0 | — | — | — |" in table
+
+    table = report.table_candidates(tmp_path)  # part 4 first; a wrong answer names its outputs
+    assert "| part 4 | one warp-specialized loop | warp-specialized key loop |" in table
+    assert "| 64 | no | 4096 | 400 (1.00x) | wrong O, dQ | error |" in table
 
 
 def test_ncu_rows_from_a_run(monkeypatch):
