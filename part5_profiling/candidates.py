@@ -1,18 +1,23 @@
-"""Candidate changes to part 4's forward, each checked and timed on its own against the original.
+"""Candidate changes to part 4's forward and backward, each checked and timed on its own against part 4.
 
-    python -m part5_profiling.candidates   # GPU: results/<gpu>/part5_candidates.csv
+    python -m part5_profiling.candidates              # GPU: results/<gpu>/part5_candidates.csv
+    python -m part5_profiling.candidates --backward   # GPU: results/<gpu>/part5_bwd_candidates.csv
 
 A candidate is part 4's kernel file with a few lines replaced (CANDIDATES below). Unlike the stage
 variants, every candidate must compute the same attention: each is checked against the float64
 reference on the inputs it is timed on before it is timed. Part 5's kernel takes a candidate only
 where this run shows it pays. Shapes: B=4, H=8, D 64 and 128, causal and not, N = 4096 and 16384,
-bf16; CUDA-graph replay, median; each candidate autotuned for itself.
+bf16; CUDA-graph replay, median; each candidate autotuned for itself. The backward's candidates
+(BWD_CANDIDATES) are timed the same way on flash_backward alone, from the forward's O and L.
 """
 
 import argparse
+import functools
 import sys
 
-from common import results, runtime, variants
+import torch
+
+from common import bench, results, runtime, triton_tools, variants
 from part3_inner_loop.launch_order import ORDERS
 
 PART = 4
@@ -59,6 +64,7 @@ L_STORE_WHOLE = (
     + L_STORE
 )
 TAIL_RANGE = "acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,"  # its masked tail
+BWD_DKDV_END = "]\nBWD_DQ = ["  # the end of part 4's dK/dV configurations
 TUNED_D128 = '    triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),\n'
 NEXT_DEF = "\n\n# N_QUERIES, N_KEYS and N_SEQS are runtime values"
 # The next tile's Q K^T issued before this tile's softmax (FlashAttention-3's overlap within a
@@ -108,18 +114,15 @@ CANDIDATES = {
     ],
     # The causal launch order of part 3's launch-order study, in groups of 4 sequences (L2 reuse).
     "grouped causal order": [(CAUSAL_ORDER, "".join("    " + line + "\n" for line in GROUPED))],
-    # Triton 3.6 specializes warps only in a kernel with one loop and no tile product outside it (a
-    # second loop, or one masked step after it, and the pass fails or does nothing: compiled for
-    # sm_90 to check). So: one loop over every key tile, masked throughout, warp-specialized; the
-    # 128 x 128 tile with 2 stages replaces 256 x 64 at D = 128.
+    # Triton 3.6 specializes warps in a kernel with one loop, and only at 4 warps: with part 4's
+    # second loop the pass fails (compiled.py shows both). So: one loop over every key tile, masked
+    # throughout, warp-specialized; the 128 x 128 tile with 2 stages added for D = 128.
     "one warp-specialized loop": [
         (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=True):\n"),
         (FIRST_CALL, ""),
         (TAIL_RANGE, TAIL_RANGE.replace("unmasked_hi, hi", "0, hi")),
         more_configs((128, 128, 4, 2)),
     ],
-    # Two score tiles live spill at D = 128 with 4 warps per 128 rows (compiled for sm_90: 96-1008
-    # bytes of stack); 8 warps (64 rows per warpgroup) hold them: 150-250 registers, none spilled.
     # Warp specialization where the loop needs no mask at all: not causal and N_k a multiple of
     # every BLOCK_N (128), decided on the host; every other call runs part 4's two loops. Stored
     # with tl.store after the specialized loop, L came out wrong in whole 128-row tiles (a quarter
@@ -150,10 +153,51 @@ CANDIDATES = {
         (L_STORE, L_STORE_WHOLE),
         more_configs((128, 128, 4, 2)),
     ],
+    # Two live score tiles spill at D = 128 with 4 warps per 128 rows; 8 warps (64 rows per
+    # warpgroup) hold them without spilling (compiled.py shows both): those tiles are added.
     "Q K^T issued one tile ahead": [
         (NEXT_DEF, PIPELINED),
         (FIRST_CALL, PIPELINED_CALL),
         more_configs((128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3)),
+    ],
+}
+# The backward's candidates, timed by --backward: flash_backward alone, from the forward's O and L.
+ATOMIC_ADD = """            dq_ptrs = DQ + q_pos[:, None] * D + tl.arange(0, D)[None, :]
+            tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
+"""  # part 4's atomics variant: one atomic per element of dQ_i's tile
+TMA_DQ = """            if TMA_REDUCE:
+                DQ.atomic_add([q_start, 0], dq)  # one TMA reduce-add; rows past N_QUERIES are dropped
+            else:  # the interpreter has no TMA reduce: part 4's element-wise atomics
+                dq_ptrs = DQ + q_pos[:, None] * D + tl.arange(0, D)[None, :]
+                tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
+"""
+DQ_OFFSET = "    DQ += bh * N_QUERIES * D\n"
+DQ_DESCRIPTOR = (
+    """    if TMA_REDUCE:
+        if ATOMIC_DQ:
+            DQ = tl.make_tensor_descriptor(DQ + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
+    else:
+    """
+    + DQ_OFFSET
+)
+MORE_DKDV = "".join(
+    f'    triton.Config({{"BLOCK_M": {m}, "BLOCK_N": {n}}}, num_warps={w}, num_stages={st}),\n'
+    for m, n, w, st in ((64, 128, 8, 2), (64, 64, 8, 2), (32, 128, 8, 3))
+)  # 8 warps: the extra dQ tile fits without spilling at D = 128 (compiled for sm_90)
+BWD_CANDIDATES = {
+    "part 4": [],
+    # FlashAttention-3's dQ: the dK/dV kernel adds each dS_ij K_j tile into a float32 dQ with one TMA
+    # reduce-add (cp.reduce.async.bulk) instead of part 4's element-wise atomics, and the dQ kernel,
+    # which recomputes S and dP, is skipped: five tile products per tile pair instead of seven. The
+    # additions' order varies, so dQ is not bitwise repeatable. Made the default here to be timed.
+    "dQ by TMA reduce-add": [
+        (ATOMIC_ADD, TMA_DQ),
+        (DQ_OFFSET, DQ_DESCRIPTOR),
+        (
+            "def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):",
+            "def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=True):",
+        ),
+        (BWD_DKDV_END, MORE_DKDV + "]\nTMA_REDUCE = tl.constexpr(not INTERPRET)\nBWD_DQ = ["),
     ],
 }
 FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
@@ -178,15 +222,62 @@ def run(seq_lens, names=None, save=None):
     return rows
 
 
+BWD_FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
+              "repeatable", "check", *results.PROVENANCE]  # fmt: skip
+
+
+def run_backward(seq_lens, names=None, save=None):
+    """Check and time part 4's backward and the named backward candidates: flash_backward alone from
+    the forward's O and L (CUDA-graph replay), checked on dQ, dK, dV first; `repeatable` says whether
+    two calls gave the same dQ bit for bit."""
+    names = ["part 4", *(n for n in names or BWD_CANDIDATES if n != "part 4")]
+    modules = {
+        name: variants.load(PART, BWD_CANDIDATES[name], f"part5_bwd_candidate{i}") for i, name in enumerate(names)
+    }
+    meta, rows = results.provenance(), []
+    for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+        base = None
+        for name, module in modules.items():
+            row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+            try:
+                o, lse = module.flash_forward(q, k, v, causal)
+                backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal)
+                dq, dk, dv = backward()
+                report = bench.check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+                row.update(check=("ok " if report.ok else "FAIL ") + str(report),
+                           repeatable=int(torch.equal(backward()[0], dq)))  # fmt: skip
+                if report.ok:
+                    ms = bench.graph_time_ms(backward)
+                    flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
+                    base = ms if name == "part 4" else base
+                    config = triton_tools.chosen(module._attn_bwd_dkdv)
+                    row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}",
+                               speedup=f"{base / ms:.3f}" if base else "",
+                               config=f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} w{config.num_warps} "
+                                      f"s{config.num_stages}")  # fmt: skip
+            except Exception as e:  # a variant the compiler refuses: say why, go on
+                row["check"] = f"error: {bench.why(e)}"
+            rows.append(row)
+            print(f"{name:<24} D={d:<3} causal={causal:d} N={n:>5}  {row.get('graph_tflops') or '-':>7} TFLOP/s  "
+                  f"{row.get('config', '')}  repeatable={row.get('repeatable', '-')}  {row['check'][:40]}", flush=True)  # fmt: skip
+        if save is not None:
+            save(rows)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
-    ap.add_argument("--candidate", action="append", choices=list(CANDIDATES),
+    ap.add_argument("--candidate", action="append", choices=[*CANDIDATES, *BWD_CANDIDATES],
                     help="time this candidate (repeatable; part 4 always runs); default: all")  # fmt: skip
+    ap.add_argument("--backward", action="store_true", help="the backward's candidates: part5_bwd_candidates.csv")
     args = ap.parse_args(argv)
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The candidates are timed on a CUDA GPU; on a CPU the tests check that each computes attention.")
         return 0
+    if args.backward:
+        run_them = lambda save: run_backward(args.n or SEQ_LENS, args.candidate, save)  # noqa: E731
+        return results.write_as_measured("part5_bwd_candidates.csv", BWD_FIELDS, run_them, key=KEY)
     run_them = lambda save: run(args.n or SEQ_LENS, args.candidate, save)  # noqa: E731
     return results.write_as_measured("part5_candidates.csv", FIELDS, run_them, key=KEY)
 

@@ -4,7 +4,7 @@ What needs a GPU (the timings, the counters) says so and exits cleanly without o
 import pytest
 import torch
 
-from common import parts, results, runtime
+from common import parts, results, runtime, variants
 from common.check import check_part
 from common.inputs import Shape, make_inputs
 from common.results import write_csv
@@ -188,6 +188,19 @@ def test_every_candidate_computes_attention(name):
         for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16), Shape((1, 2), 72, 256, 16)):
             q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
             assert_report_ok(check_part(module, q, k, v, do, causal, grads=False), f"candidate {name} {shape}")
+
+
+@pytest.mark.parametrize("name", ["part 4", "dQ by TMA reduce-add"])
+def test_every_backward_candidate_computes_the_gradients(name):
+    """The backward's candidates keep dQ, dK, dV: ragged (both sides, N_q != N_k) and causal."""
+    from part5_profiling import candidates
+
+    assert list(candidates.BWD_CANDIDATES) == ["part 4", "dQ by TMA reduce-add"], "a new candidate: add it above"
+    module = variants.load(4, candidates.BWD_CANDIDATES[name], f"test_bwd_candidate_{name.replace(' ', '_')}")
+    for causal in (False, True):
+        for shape in (Shape((2, 3), 70, 90, 32), Shape((1, 2), 100, 37, 16)):
+            q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=7)
+            assert_report_ok(check_part(module, q, k, v, do, causal, grads=True), f"{name} {shape} causal={causal}")
 
 
 def test_part5_tables(tmp_path):
