@@ -193,8 +193,11 @@ def chosen_config(module):
     from common import triton_tools
 
     config = triton_tools.chosen(kernel)
-    if config is None:
-        return ""
+    return "" if config is None else config_label(config)
+
+
+def config_label(config):
+    """A triton.Config of a tiled kernel as the tables write it: '128x64 w4 s3'."""
     return f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} w{config.num_warps} s{config.num_stages}"
 
 

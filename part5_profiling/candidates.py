@@ -253,8 +253,7 @@ def run_backward(seq_lens, names=None, save=None):
                     config = triton_tools.chosen(module._attn_bwd_dkdv)
                     row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}",
                                speedup=f"{base / ms:.3f}" if base else "",
-                               config=f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} w{config.num_warps} "
-                                      f"s{config.num_stages}")  # fmt: skip
+                               config=bench.config_label(config))  # fmt: skip
             except Exception as e:  # a variant the compiler refuses: say why, go on
                 row["check"] = f"error: {bench.why(e)}"
             rows.append(row)

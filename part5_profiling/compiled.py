@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import results, runtime
+from common import bench, results, runtime
 
 ARCH = 90  # sm_90: Hopper, the H200
 HEAD_DIMS = (64, 128)
@@ -89,8 +89,8 @@ def run(names, save=None):
                         continue  # the autotuner would prune it on the H200 too
                     row = dict(compile_forward(module, d, causal, config), candidate=name, **meta)
                     rows.append(row)
-                    print(f"{name:<30} D={d:<3} causal={causal:d} {k['BLOCK_M']}x{k['BLOCK_N']} w{config.num_warps} "
-                          f"s{config.num_stages}  {row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
+                    print(f"{name:<30} D={d:<3} causal={causal:d} {bench.config_label(config)}  "
+                          f"{row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
                           f"warps={row.get('warps_launched', '-')} regs={row.get('registers', '-')} "
                           f"stack={row.get('stack_bytes', '-')}", flush=True)  # fmt: skip
         if save is not None:

@@ -115,7 +115,21 @@ def _stage_cell(row):
 
 
 def table_candidates(gpu_dir):
-    rows = read_csv(gpu_dir / "part5_candidates.csv")
+    return _candidates_table(read_csv(gpu_dir / "part5_candidates.csv"), "python -m part5_profiling.candidates",
+                             "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:")  # fmt: skip
+
+
+def table_bwd_candidates(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_bwd_candidates.csv")
+    repeatable = {r["candidate"]: r["repeatable"] for r in rows if r["repeatable"] is not None}
+    caption = ("Backward alone (flash_backward from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward "
+               "counts 2.5 times the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. dQ bit for "
+               "bit the same in two calls: " + ", ".join(f"{name} {'yes' if r else 'no'}" for name, r in repeatable.items())
+               + ":")  # fmt: skip
+    return _candidates_table(rows, "python -m part5_profiling.candidates --backward", caption)
+
+
+def _candidates_table(rows, command, caption):
     names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")  # part 4 first
     index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
     body = []
@@ -124,8 +138,7 @@ def table_candidates(gpu_dir):
             cells = [index.get((name, d, c, n)) for name in names]
             if any(cells):
                 body.append([d, yes_no(c), n, *(_candidate_cell(r) for r in cells)])
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.candidates && make report"), "",
-                      "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:", "",
+    return "\n".join([provenance_line(rows, f"{command} && make report"), "", caption, "",
                       markdown_table(["D", "causal", "N", *names], body, "llr" + "r" * len(names))])  # fmt: skip
 
 
@@ -177,5 +190,6 @@ TABLES = {
     "part5-launch-cost": table_launch_cost,
     "part5-stages": table_stages,
     "part5-candidates": table_candidates,
+    "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
 }

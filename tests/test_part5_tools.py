@@ -258,6 +258,14 @@ def test_part5_tables(tmp_path):
     assert "| one loop | 128 | 2 of 2 | 1 | 4, 12 | 168-255 | 0-32 |" in table
     assert "| two loops | 128 | 0 of 1 | 0 | — | — | — |" in table
 
+    write_csv(tmp_path / "part5_bwd_candidates.csv", [
+        dict(candidate=name, B=4, H=8, N=4096, D=128, dtype="bf16", causal=1, graph_tflops=t, speedup=x, repeatable=r,
+             check="ok", **META) for name, t, x, r in (("dQ by TMA reduce-add", 300.0, 0.75, 0), ("part 4", 400.0, 1.0, 1))],
+        candidates.BWD_FIELDS)  # fmt: skip
+    table = report.table_bwd_candidates(tmp_path)
+    assert "| 128 | yes | 4096 | 400 (1.00x) | 300 (0.75x) |" in table
+    assert "two calls: dQ by TMA reduce-add no, part 4 yes:" in table
+
     table = report.table_candidates(tmp_path)  # part 4 first; a wrong answer names its outputs
     assert "| part 4 | one warp-specialized loop | warp-specialized key loop |" in table
     assert "| 64 | no | 4096 | 400 (1.00x) | wrong O, dQ | error |" in table
