@@ -125,8 +125,8 @@ CANDIDATES = {
     ],
     # Warp specialization where the loop needs no mask at all: not causal and N_k a multiple of
     # every BLOCK_N (128), decided on the host; every other call runs part 4's two loops. Stored
-    # with tl.store after the specialized loop, L came out wrong in whole 128-row tiles (a quarter
-    # of the rows at N = 4096; O right), so L goes out through a descriptor here, which needs
+    # with tl.store after the specialized loop, L came out wrong in whole 128-row tiles (O right),
+    # so L goes out through a descriptor here, which needs
     # each sequence's L row on a 16-byte boundary: N_q a multiple of 4.
     "warp-specialized whole tiles": [
         (LOOP, DOC + "    for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):\n"),
