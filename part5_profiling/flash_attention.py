@@ -1,11 +1,19 @@
-"""Part 5: part 4's kernels, launched for less. The profile (results/h200/part5_launch_cost.csv)
-says that below N = 4096 Python's time per call is longer than the GPU's, and that under cProfile
-a third of part 4's forward's host time, and nearly half of its backward's, is in Triton's generic
-launch path (the autotuner's key, binding the arguments, the compile-cache key, the grid, launch
-metadata), redone on every call for the same answer. So the one change here is `Launch`: the
-first call of each shape class goes through Triton as before (compile, autotune); later calls of
-that class hand the arguments straight to the compiled kernel's launcher. The kernels are part
-4's, unchanged.
+"""Part 5: part 4's kernels, launched for less, and a Hopper forward in Gluon.
+
+1. `Launch`. The profile (results/h200/part5_launch_cost.csv) says that below N = 4096 Python's
+   time per call is longer than the GPU's, and that under cProfile a third of part 4's forward's
+   host time, and nearly half of its backward's, is in Triton's generic launch path (the
+   autotuner's key, binding the arguments, the compile-cache key, the grid, launch metadata),
+   redone on every call for the same answer. So the first call of each shape class goes through
+   Triton as before (compile, autotune); later calls of that class hand the arguments straight to
+   the compiled kernel's launcher.
+2. The forward of 16-bit inputs at D = 64 and 128 on a Hopper GPU runs gluon_attention.py: the
+   FlashAttention-3 schedule (a loader warp, softmax warpgroups that share K and V, the next
+   Q K^T issued before the softmax, a persistent grid), which Triton's compiler would not produce
+   from _attn_fwd (part5_candidates.csv, part5_compiled.csv). _attn_fwd below stays for every
+   other call: float32, D = 16 and 32, other GPUs, and Triton's interpreter on the CPU.
+
+The kernels below are part 4's, unchanged.
 
 Run:  make test PART=5   |   make bench PART=5   |   python -m part5_profiling.launch_cost (GPU)
 """
@@ -19,6 +27,7 @@ from triton.runtime import driver
 from common import library
 from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
+from part5_profiling import gluon_attention
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
 # H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
@@ -226,6 +235,11 @@ def _attn_fwd(
 
 
 _launch_fwd = Launch(_attn_fwd)
+# The Gluon forward (gluon_attention.py) takes every call it supports; False: _attn_fwd takes them all
+# (a test that rewrites _attn_fwd's text sets it, so that the rewritten kernel is the one that runs).
+GLUON = True
+_launch_fwd_gluon = Launch(gluon_attention._attn_fwd_ws) if gluon_attention.HAVE_GLUON else None
+_last_forward = {"label": None}
 
 
 def _dot_precision(Q):
@@ -248,12 +262,27 @@ def flash_forward(Q, K, V, is_causal):
     q, k, v = (_as_sequences(t) for t in (Q, K, V))
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    if GLUON and gluon_attention.supported(q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
+        n_programs = gluon_attention.programs(n_q, q.shape[0], d, q.device)
+        meta = dict(D=d, BLOCK_N=gluon_attention.BLOCK_N, IS_CAUSAL=is_causal, ROWS=gluon_attention.ROWS,
+                    **gluon_attention.CONFIGS[d])  # fmt: skip
+        key = (q.device, q.dtype, d, is_causal)
+        _launch_fwd_gluon(key, lambda _: n_programs, q, k, v, o, lse, n_q, n_k, q.shape[0], d**-0.5, **meta)
+        _last_forward["label"] = gluon_attention.label(d)
+        return o.view(Q.shape), lse.view(Q.shape[:-1])
     programs = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * q.shape[0]  # noqa: E731
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (q.device, q.dtype, d, is_causal, bucket)
     _launch_fwd(key, programs, q, k, v, o, lse, n_q, n_k, q.shape[0], bucket, d**-0.5, **meta)
+    _last_forward["label"] = None
     return o.view(Q.shape), lse.view(Q.shape[:-1])
+
+
+def forward_label():
+    """What the last forward ran, for the benchmark's tables: the Gluon kernel's configuration, or
+    None when it was _attn_fwd (whose autotuner then says which configuration)."""
+    return _last_forward["label"]
 
 
 # ----------------------------------------------------------------------------------- backward

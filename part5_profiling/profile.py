@@ -146,10 +146,16 @@ def cupti_rows(target, impl, pass_, d, causal):
 
 # ------------------------------------------------------------------------------------ compiler
 def triton_kernels(module):
-    """The module's Triton kernels (jit functions and autotuned wrappers), by name."""
+    """The module's Triton kernels (jit functions, Gluon ones included, and autotuned wrappers), by
+    name, and those of the modules of its own package it imports (part 5's gluon_attention)."""
     from triton.runtime import Autotuner, JITFunction
 
-    return {name: k for name, k in vars(module).items() if isinstance(k, (Autotuner, JITFunction))}
+    package = module.__name__.rpartition(".")[0]
+    found = {}
+    for value in [module, *vars(module).values()]:
+        if value is module or (type(value) is type(module) and package and value.__name__.startswith(package + ".")):
+            found.update({n: k for n, k in vars(value).items() if isinstance(k, (Autotuner, JITFunction))})
+    return found
 
 
 def occupancy(res, props):

@@ -1,0 +1,328 @@
+"""Part 5's Hopper forward in Gluon: the FlashAttention-3 schedule written out by hand.
+
+Triton's compiler decides for a `tl` kernel which warps load, which multiply and when; Gluon
+(`triton.experimental.gluon`) hands those decisions to the kernel. This forward makes them as
+FlashAttention-3 does on Hopper:
+
+- one program per 128 query rows of one sequence, in three partitions of warps
+  (gl.warp_specialize): a loader warp that only issues TMA copies (Q once, then K_j and V_j into a
+  ring of STAGES shared-memory buffers), and two softmax warpgroups of 4 warps, each owning 64 of
+  the 128 rows. The two warpgroups share every K_j and V_j the loader brings in, and while one
+  computes its exponentials the other can keep the tensor cores busy;
+- mbarriers carry the hand-offs: k_ready/v_ready (the loader's copy has landed, counted in bytes),
+  k_free/v_free (both warpgroups are done with the buffer: count 2);
+- within a warpgroup, the next tile's S = Q K^T is issued before this tile's P V has finished:
+  wgmma runs asynchronously, so the tensor cores multiply while the same warps compute exp2.
+  Step j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish
+  in order), computes P_j from S_j, then waits for the P V product and rescales O.
+
+The arithmetic is part 4's: base-2 exponent with the scale folded in, masks only on the tiles that
+need them (the diagonal when causal, the ragged last key tile), L = m + log(l). GPU only (sm_90):
+Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a Hopper GPU here and
+keeps its `tl` forward for the rest (float32, other GPUs, Triton's interpreter on the CPU).
+"""
+
+import torch
+import triton
+
+from common.runtime import INTERPRET
+
+try:  # Gluon is experimental: a Triton without it (or with another API) falls back to the tl kernel
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+    # TMA's global-to-shared copy: tma.async_load from Triton 3.7 on, async_copy_global_to_shared before
+    tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover
+    HAVE_GLUON = False
+
+ROWS = 64  # query rows per softmax warpgroup: one wgmma M
+BLOCK_N = 128  # keys per tile
+# Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
+# per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
+CONFIGS = {
+    128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
+    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
+}
+
+
+if HAVE_GLUON:
+
+    @gluon.constexpr_function
+    def _acc_layout(n):
+        """wgmma's accumulator layout for a 64 x n tile over one warpgroup (4 warps along M)."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+    @gluon.jit
+    def _work_item(r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+        """The program's r-th query tile: (index, sequence, first row, key tiles, unmasked key tiles).
+        Programs take tiles in rounds of n_programs, up the program ids in even rounds and down in
+        odd ones, so that causal, where tiles come longest first, no program gets the longest of
+        every round."""
+        pid = gl.program_id(0)
+        idx = r * n_programs + pid + (r % 2) * (n_programs - 1 - 2 * pid)
+        if IS_CAUSAL:  # part 4's order: the last query tiles (the most keys) first
+            tile_m = n_tiles_m - 1 - idx // N_SEQS
+            bh = idx % N_SEQS
+        else:  # consecutive tiles: consecutive query tiles of one sequence, sharing K and V in L2
+            tile_m = idx % n_tiles_m
+            bh = idx // n_tiles_m
+        q_start = tile_m * BLOCK_M
+        if IS_CAUSAL:
+            hi = gl.minimum(q_start + BLOCK_M, N_KEYS)
+            unmasked_hi = gl.minimum(q_start, N_KEYS) // BLOCK_N * BLOCK_N
+        else:
+            hi = N_KEYS
+            unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
+        return idx, bh, q_start, gl.cdiv(hi, BLOCK_N), unmasked_hi // BLOCK_N
+
+    @gluon.jit
+    def _load_partition(
+        Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS,
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+        D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
+        last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
+        WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
+        ROWS: gl.constexpr = q_smem.type.shape[1]
+        # 3-D descriptors (sequence, row, column): a tile never reads past its own sequence's last
+        # row (TMA fills zeros there), and one descriptor serves every sequence the program visits.
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+        q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, ROWS, D], layout)
+        k_desc = tma.make_tensor_descriptor(K, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
+        v_desc = tma.make_tensor_descriptor(V, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
+        it = 0  # key tiles loaded so far, over all query tiles: the ring position
+        done = 0  # query tiles so far
+        for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
+            idx, bh, q_start, n_tiles, n_unmasked = _work_item(
+                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
+            )
+            if idx < n_tiles_m * N_SEQS:
+                # parity of the barriers' rounds: a fresh barrier counts as having passed round "-1",
+                # so the first wait on a free barrier (parity 1) does not block
+                mbarrier.wait(q_free, (done & 1) ^ 1)
+                mbarrier.expect(q_ready, WARPGROUPS * ROWS * D * 2)  # zero rows past N_QUERIES count too
+                for i in gl.static_range(WARPGROUPS):  # each warpgroup's own rows
+                    tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready,
+                                                    q_smem.index(i).reshape([1, ROWS, D]))  # fmt: skip
+                for j in range(n_tiles):
+                    slot = it % STAGES
+                    phase = (it // STAGES) & 1
+                    mbarrier.wait(k_free.index(slot), phase ^ 1)
+                    mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
+                    tma_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot),
+                                                    k_ring.index(slot).reshape([1, BLOCK_N, D]))  # fmt: skip
+                    mbarrier.wait(v_free.index(slot), phase ^ 1)
+                    mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
+                    tma_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot),
+                                                    v_ring.index(slot).reshape([1, BLOCK_N, D]))  # fmt: skip
+                    it += 1
+                done += 1
+
+    @gluon.jit
+    def _online_softmax(s, m_i, l_i, j, rows, N_KEYS, qk_scale, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr):
+        """P_j (float32) from S_j, and the new max, sum and rescale factor alpha; rows: query index."""
+        if MASKED:  # keys past N_KEYS (zero-filled) and, causal, keys after the query
+            cols = j * s.shape[1] + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+            keep = cols[None, :] < N_KEYS
+            if IS_CAUSAL:
+                keep = keep & (cols[None, :] <= rows[:, None])
+            s = gl.where(keep, s, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)  # finite: tile 0 holds key 0, seen by every row
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        return p, m_new, l_i, alpha
+
+    @gluon.jit
+    def _softmax_step(
+        j, it, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free, rows, N_KEYS,
+        qk_scale, STAGES: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """Key tile j >= 1, ring position it (s0: zeros shaped and laid out as S): S_j = Q K_j^T and
+        O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs."""
+        slot = it % STAGES
+        prev = (it - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+        s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_prev, v_ring.index(prev), acc, is_async=True)
+        s, acc = warpgroup_mma_wait(1, deps=[s, acc])  # S_j is done (issued first); P V may still run
+        mbarrier.arrive(k_free.index(slot), count=1)
+        p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, j, rows, N_KEYS, qk_scale, MASKED, IS_CAUSAL)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_free.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
+        p_prev = gl.convert_layout(p.to(p_prev.dtype), p_prev.type.layout)
+        return acc, p_prev, m_i, l_i
+
+    @gluon.jit
+    def _softmax_partition(
+        O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale,
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+        WG: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+    ):  # fmt: skip
+        """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
+        WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
+        ROWS: gl.constexpr = q_smem.type.shape[1]
+        s_layout: gl.constexpr = _acc_layout(BLOCK_N)
+        o_layout: gl.constexpr = _acc_layout(D)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        s0 = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        q = q_smem.index(WG)
+        it = 0
+        done = 0
+        for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
+            idx, bh, q_start, n_tiles, n_unmasked = _work_item(
+                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
+            )
+            if idx < n_tiles_m * N_SEQS:
+                rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+                m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+                l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+                acc = gl.zeros([ROWS, D], gl.float32, layout=o_layout)
+
+                # Key tile 0: S_0 alone (no P V before it); masked if it is the diagonal or the last.
+                mbarrier.wait(q_ready, done & 1)
+                slot = it % STAGES
+                mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+                s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=[s])
+                mbarrier.arrive(k_free.index(slot), count=1)
+                if n_unmasked > 0:
+                    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, False, IS_CAUSAL)
+                else:
+                    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, True, IS_CAUSAL)
+                p_prev = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+
+                for j in range(1, n_unmasked):  # whole tiles every row sees: no mask
+                    acc, p_prev, m_i, l_i = _softmax_step(
+                        j, it + j, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free,
+                        rows, N_KEYS, qk_scale, STAGES, False, IS_CAUSAL,
+                    )  # fmt: skip
+                for j in range(gl.maximum(n_unmasked, 1), n_tiles):  # the diagonal and the ragged last tile
+                    acc, p_prev, m_i, l_i = _softmax_step(
+                        j, it + j, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free,
+                        rows, N_KEYS, qk_scale, STAGES, True, IS_CAUSAL,
+                    )  # fmt: skip
+                mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the loader may bring the next Q
+
+                it += n_tiles
+                last = (it - 1) % STAGES  # the last key tile's P V
+                mbarrier.wait(v_ready.index(last), ((it - 1) // STAGES) & 1)
+                acc = warpgroup_mma(p_prev, v_ring.index(last), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(v_free.index(last), count=1)
+                done += 1
+
+                # O = acc / l and L = m + log(l), straight from registers (rows past N_QUERIES dropped)
+                o_rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+                cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+                o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+                seq = bh.to(gl.int64) * N_QUERIES
+                gl.store(O + (seq + o_rows[:, None]) * D + cols[None, :], o.to(O.dtype.element_ty),
+                         mask=(o_rows < N_QUERIES)[:, None])  # fmt: skip
+                lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
+                gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
+
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS"])
+    def _attn_fwd_ws(
+        Q, K, V, O, L, N_QUERIES, N_KEYS, N_SEQS, scale,
+        D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        ROWS: gl.constexpr, WARPGROUPS: gl.constexpr, REGISTERS: gl.constexpr,
+    ):  # fmt: skip
+        n_programs = gl.num_programs(0)  # persistent: fewer programs than query tiles, each takes several
+        n_tiles_m = gl.cdiv(N_QUERIES, WARPGROUPS * ROWS)
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        q_smem = gl.allocate_shared_memory(Q.dtype.element_ty, [WARPGROUPS, ROWS, D], layout)
+        k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, D], layout)
+        v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, D], layout)
+        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_ready, count=1)  # the loader's expect, then the bytes landing
+        mbarrier.init(q_free, count=WARPGROUPS)  # every warpgroup releases a buffer
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_free.index(i), count=WARPGROUPS)
+            mbarrier.init(v_free.index(i), count=WARPGROUPS)
+
+        qk_scale = scale * 1.4426950408889634  # scale * log2(e)
+        # gl.warp_specialize([(function, args), ...], worker warps, worker registers): the first
+        # function runs on the kernel's own 4 warps (warpgroup 0), each other one on warps of its own.
+        if WARPGROUPS == 2:
+            gl.warp_specialize(
+                [
+                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
+                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                          0, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
+                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                          1, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, q_smem, k_ring,
+                                       v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                       D, BLOCK_N, STAGES, IS_CAUSAL)),
+                ],
+                [4, 1],  # warps: warpgroup 1, the loader
+                [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
+            )  # fmt: skip
+        else:
+            gl.warp_specialize(
+                [
+                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
+                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                          0, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
+                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                          1, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
+                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                          2, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, q_smem, k_ring,
+                                       v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+                                       D, BLOCK_N, STAGES, IS_CAUSAL)),
+                ],
+                [4, 4, 1],  # warps: warpgroups 1 and 2, the loader
+                [REGISTERS, REGISTERS, 24],
+            )  # fmt: skip
+
+
+def supported(q):
+    """Whether this forward can run q's call: Gluon present and compiled (not the interpreter), bf16
+    or fp16, D = 64 or 128, on a Hopper GPU (sm_90: wgmma and TMA as this kernel uses them)."""
+    return (
+        HAVE_GLUON
+        and not INTERPRET
+        and q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and q.shape[-1] in CONFIGS
+        and torch.cuda.get_device_capability(q.device) == (9, 0)
+    )
+
+
+_SMS = {}
+
+
+def programs(n_q, n_seqs, d, device, persistent=True):
+    """Programs to launch: one per SM (persistent: each takes query tiles in turn until none are
+    left), or fewer when there are fewer query tiles; persistent=False: one per query tile."""
+    tiles = triton.cdiv(n_q, CONFIGS[d]["WARPGROUPS"] * ROWS) * n_seqs
+    if not persistent:
+        return tiles
+    if device.index not in _SMS:
+        _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return min(tiles, _SMS[device.index])
+
+
+def label(d):
+    """The configuration as the benchmark's tables name it."""
+    config = CONFIGS[d]
+    return f"gluon {config['WARPGROUPS']}x{ROWS}x{BLOCK_N} s{config['STAGES']}"

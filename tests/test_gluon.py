@@ -1,0 +1,105 @@
+"""Part 5's Gluon forward (part5_profiling/gluon_attention.py): where it runs, that it compiles for
+Hopper on any machine, and, on a Hopper GPU, the cases its persistent schedule adds to the rest of
+the suite (which already runs it: every bf16/fp16 call at D = 64 or 128 there goes to it)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from common import ROOT, parts
+from common.check import check_part
+from common.inputs import STRESS_SCALE, Shape, make_inputs
+from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok
+
+pytestmark = pytest.mark.only_parts(5)
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on a Hopper GPU (sm_90) only")
+
+
+def test_gluon_takes_only_the_calls_it_supports(part):
+    gluon = parts.load(part).gluon_attention
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for d in (16, 32, 64, 128):
+            q = torch.empty(2, 3, 8, d, dtype=dtype, device=DEVICE)
+            expected = HOPPER and not INTERPRET and dtype != torch.float32 and d in (64, 128)
+            assert gluon.supported(q) == expected, f"{dtype} D={d}"
+    assert not gluon.supported(torch.empty(2, 8, 64, dtype=torch.bfloat16))  # a CPU tensor, never
+
+
+COMPILE = """
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from part5_profiling import gluon_attention as ga
+fn, rows = ga._attn_fwd_ws, []
+types = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", L="*fp32", scale="fp32")
+for d in (64, 128):
+    for causal in (False, True):
+        cx = dict(D=d, BLOCK_N=ga.BLOCK_N, IS_CAUSAL=causal, ROWS=ga.ROWS, **ga.CONFIGS[d])
+        sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
+        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=4))
+        rows.append(dict(d=d, causal=causal, warps=k.metadata.num_warps, smem=k.metadata.shared,
+                         ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=k.asm["ptx"].count("wgmma.mma_async"),
+                         tma=k.asm["ptx"].count("cp.async.bulk.tensor.3d")))
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_kernel_compiles_for_hopper(part):
+    """Compiled for sm_90 in a fresh process with the compiler on (Triton's compiler and ptxas run
+    on the CPU): the loader and softmax warpgroups are there, and so are wgmma and 3-D TMA copies."""
+    pytest.importorskip("triton.experimental.gluon")
+    from part5_profiling import gluon_attention
+
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", COMPILE], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for row in json.loads(out.stdout.strip().splitlines()[-1]):
+        warpgroups = gluon_attention.CONFIGS[row["d"]]["WARPGROUPS"]
+        assert row["ws"], row
+        assert row["warps"] == 4 * (warpgroups + 1), row  # the softmax warpgroups and the loader's, padded
+        assert row["smem"] <= 227 * 1024, row
+        assert row["wgmma"] > 0 and row["tma"] > 0, row
+
+
+# More query tiles than programs (persistent: each program takes several, in alternating order),
+# ragged lengths, N_q != N_k, one program's tiles from different sequences.
+MANY_TILES = [Shape((8, 40), 200, 333, 64), Shape((4, 20), 1000, 1000, 128), Shape((3, 50), 700, 129, 128)]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", MANY_TILES, ids=str)
+def test_gluon_with_more_tiles_than_programs(part, shape, dtype, is_causal):
+    part5 = parts.load(part)
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=shape.n_q)
+    assert part5.gluon_attention.supported(q)
+    assert_report_ok(check_part(part5, q, k, v, do, is_causal, grads=False), f"{shape} {dtype}")
+    assert part5.forward_label().startswith("gluon"), "the call should have run the Gluon kernel"
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_gluon_large_scores(part, is_causal):
+    """S of order 100: exp overflows without the running max."""
+    part5 = parts.load(part)
+    q, k, v, do = make_inputs(Shape((2, 4), 1500, 1500, 128), torch.bfloat16, DEVICE, seed=7, scale=STRESS_SCALE)
+    assert_report_ok(check_part(part5, q, k, v, do, is_causal, grads=False), "large scores")
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_float32_keeps_the_tl_forward(part):
+    part5 = parts.load(part)
+    q, k, v, do = make_inputs(Shape((2, 3), 300, 300, 64), torch.float32, DEVICE, seed=5)
+    assert_report_ok(check_part(part5, q, k, v, do, True, grads=False), "float32")
+    assert part5.forward_label() is None, "float32 should run _attn_fwd (the Gluon kernel takes 16-bit inputs)"
