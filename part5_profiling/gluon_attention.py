@@ -311,10 +311,10 @@ def supported(q):
 _SMS = {}
 
 
-def programs(n_q, n_seqs, d, device, persistent=True):
+def programs(n_q, n_seqs, d, device, persistent=True, warpgroups=None):
     """Programs to launch: one per SM (persistent: each takes query tiles in turn until none are
     left), or fewer when there are fewer query tiles; persistent=False: one per query tile."""
-    tiles = triton.cdiv(n_q, CONFIGS[d]["WARPGROUPS"] * ROWS) * n_seqs
+    tiles = triton.cdiv(n_q, (warpgroups or CONFIGS[d]["WARPGROUPS"]) * ROWS) * n_seqs
     if not persistent:
         return tiles
     if device.index not in _SMS:
@@ -326,3 +326,15 @@ def label(d):
     """The configuration as the benchmark's tables name it."""
     config = CONFIGS[d]
     return f"gluon {config['WARPGROUPS']}x{ROWS}x{BLOCK_N} s{config['STAGES']}"
+
+
+def launch(q, k, v, o, lse, is_causal, config=None, persistent=True):
+    """O and L of (BH, N, D) contiguous q, k, v into o, lse through Triton's own launch path (part 5's
+    flash_forward launches the same kernel through its Launch): for studies of other configurations."""
+    n_seqs, n_q, d = q.shape
+    config = config or CONFIGS[d]
+    grid = (programs(n_q, n_seqs, d, q.device, persistent, config["WARPGROUPS"]),)
+    _attn_fwd_ws[grid](
+        q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5,
+        D=d, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal, ROWS=ROWS, num_warps=4, **config,
+    )  # fmt: skip

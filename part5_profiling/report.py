@@ -129,6 +129,13 @@ def table_bwd_candidates(gpu_dir):
     return _candidates_table(rows, "python -m part5_profiling.candidates --backward", caption)
 
 
+def table_gluon(gpu_dir):
+    rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in read_csv(gpu_dir / "part5_gluon.csv")]
+    caption = ("Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16: part 4's tl kernel, the Gluon kernel's variants "
+               "and SDPA's cuDNN backend from one run, each with its fraction of cuDNN's speed:")  # fmt: skip
+    return _candidates_table(rows, "python -m part5_profiling.gluon_study", caption)
+
+
 def _candidates_table(rows, command, caption):
     names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")  # part 4 first
     index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
@@ -192,4 +199,5 @@ TABLES = {
     "part5-candidates": table_candidates,
     "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
+    "part5-gluon": table_gluon,
 }

@@ -108,7 +108,7 @@ def test_stage_variants_build_and_run(variant):
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
-@pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages", "candidates"])
+@pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages", "candidates", "gluon_study"])
 def test_gpu_tools_say_what_they_need(name, capsys):
     import importlib
 
@@ -205,7 +205,7 @@ def test_every_backward_candidate_computes_the_gradients(name):
 
 def test_part5_tables(tmp_path):
     """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
-    from part5_profiling import candidates, ceilings, compiled, launch_cost, profile, report, stages
+    from part5_profiling import candidates, ceilings, compiled, gluon_study, launch_cost, profile, report, stages
 
     write_csv(tmp_path / "part5_ceilings.csv", [
         dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
@@ -269,6 +269,14 @@ def test_part5_tables(tmp_path):
     table = report.table_candidates(tmp_path)  # part 4 first; a wrong answer names its outputs
     assert "| part 4 | one warp-specialized loop | warp-specialized key loop |" in table
     assert "| 64 | no | 4096 | 400 (1.00x) | wrong O, dQ | error |" in table
+
+    write_csv(tmp_path / "part5_gluon.csv", [
+        dict(variant=name, B=4, H=8, N=8192, D=64, dtype="bf16", causal=1, graph_tflops=t, vs_cudnn=x, check="ok", **META)
+        for name, t, x in (("part 4", 400.0, 0.9), ("3 warpgroups, persistent", 430.0, 0.97), ("SDPA cuDNN", 444.0, 1.0))],
+        gluon_study.FIELDS)  # fmt: skip
+    table = report.table_gluon(tmp_path)  # part 4 first, SDPA cuDNN last, each with its fraction of cuDNN
+    assert "| D | causal | N | part 4 | 3 warpgroups, persistent | SDPA cuDNN |" in table
+    assert "| 64 | yes | 8192 | 400 (0.90x) | 430 (0.97x) | 444 (1.00x) |" in table
 
 
 def test_ncu_rows_from_a_run(monkeypatch):

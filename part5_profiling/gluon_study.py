@@ -1,0 +1,112 @@
+"""The Gluon forward's two choices, each measured: how many softmax warpgroups share one K/V tile
+(2: 128 query rows per program; 3: 192), and the persistent grid (one program per SM, each taking
+query tiles in turn) against one program per query tile.
+
+    python -m part5_profiling.gluon_study     # a Hopper GPU: results/<gpu>/part5_gluon.csv
+
+Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
+the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
+kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN backend on the same
+inputs. B=4, H=8, N = 4096-16384. Three warpgroups at D = 128 are left out: the registers of one
+warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
+share the register file.
+"""
+
+import argparse
+import functools
+import sys
+
+import torch
+
+from common import bench, parts, results, runtime
+
+B, H = 4, 8
+SEQ_LENS = (4096, 8192, 16384)
+HEAD_DIMS = (64, 128)
+REGISTERS = {2: 232, 3: 160}  # per thread of each extra warpgroup: the register file is 64K x 32 bit
+FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "vs_cudnn", "check",
+          *results.PROVENANCE]  # fmt: skip
+KEY = ("variant", "N", "D", "causal")
+
+
+def variants(d):
+    """{name: (warpgroups, persistent)} for head dim d."""
+    found = {}
+    for warpgroups in (2, 3):
+        if d == 128 and warpgroups == 3:
+            continue
+        found[f"{warpgroups} warpgroups, persistent"] = (warpgroups, True)
+        found[f"{warpgroups} warpgroups, a program per tile"] = (warpgroups, False)
+    return found
+
+
+def gluon_forward(warpgroups, persistent):
+    """flash_forward(Q, K, V, causal) -> (O, L) through the Gluon kernel in this configuration."""
+    from part5_profiling import flash_attention, gluon_attention
+
+    def forward(Q, K, V, causal):
+        q, k, v = (flash_attention._as_sequences(t) for t in (Q, K, V))
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        d = q.shape[-1]
+        config = dict(gluon_attention.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups])
+        gluon_attention.launch(q, k, v, o, lse, causal, config, persistent)
+        return o.view(Q.shape), lse.view(Q.shape[:-1])
+
+    return forward
+
+
+def run(seq_lens, save=None):
+    part4 = parts.load(4)
+    cudnn = bench.sdpa_impl("cudnn")
+    meta, rows = results.provenance(), []
+    for d, causal, n, (q, k, v, _) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+        flops = bench.attention_flops(B, H, n, n, d, causal)
+        calls = {"part 4": part4.flash_forward}  # the tl forward
+        calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
+        shape_rows = []
+        for name, forward in calls.items():
+            row = dict(variant=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+            try:
+                with torch.no_grad():
+                    o, lse = forward(q, k, v, causal)
+                    report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
+                    row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
+                    if report.ok:
+                        ms = bench.graph_time_ms(functools.partial(forward, q, k, v, causal))
+                        row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+            except Exception as e:  # a configuration the compiler refuses: say why, go on
+                row["check"] = f"error: {bench.why(e)}"
+            shape_rows.append(row)
+        row = dict(variant="SDPA cuDNN", B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+        with bench.sdpa_context("cudnn"), torch.no_grad():
+            report = bench.check_slices({"O": cudnn.attention(q, k, v, causal)}, q, k, v, causal)
+            row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
+            ms = bench.graph_time_ms(functools.partial(cudnn.attention, q, k, v, causal))
+        row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+        shape_rows.append(row)
+        for r in shape_rows:
+            if r.get("graph_ms"):
+                r["vs_cudnn"] = f"{ms / float(r['graph_ms']):.3f}"
+            print(f"D={d:<3} causal={causal:d} N={n:>5}  {r['variant']:<38} {r.get('graph_tflops') or '-':>7} TFLOP/s "
+                  f"({r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}", flush=True)  # fmt: skip
+        rows += shape_rows
+        if save is not None:
+            save(rows)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
+    args = ap.parse_args(argv)
+    from part5_profiling import gluon_attention
+
+    if not gluon_attention.supported(torch.empty(1, 1, 64, dtype=torch.bfloat16, device=runtime.DEVICE)):
+        print("The Gluon forward runs on a Hopper GPU (sm_90) with Triton's compiler: nothing to time here.")
+        return 0
+    return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save), key=KEY)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
