@@ -4,22 +4,25 @@ Triton's compiler decides for a `tl` kernel which warps load, which multiply and
 (`triton.experimental.gluon`) hands those decisions to the kernel. This forward makes them as
 FlashAttention-3 does on Hopper:
 
-- one program per 128 query rows of one sequence, in three partitions of warps
-  (gl.warp_specialize): a loader warp that only issues TMA copies (Q once, then K_j and V_j into a
-  ring of STAGES shared-memory buffers), and two softmax warpgroups of 4 warps, each owning 64 of
-  the 128 rows. The two warpgroups share every K_j and V_j the loader brings in, and while one
-  computes its exponentials the other can keep the tensor cores busy;
-- mbarriers carry the hand-offs: k_ready/v_ready (the loader's copy has landed, counted in bytes),
-  k_free/v_free (both warpgroups are done with the buffer: count 2);
+- a program holds 64 query rows per softmax warpgroup (two warpgroups at D = 128, three at
+  D = 64: CONFIGS) and one loader warp, in partitions of warps (gl.warp_specialize). The loader
+  only issues TMA copies: the program's Q rows, then K_j and V_j into a ring of STAGES
+  shared-memory buffers. Every warpgroup reads every K_j and V_j the loader brings in, and while
+  one computes its exponentials another can keep the tensor cores busy;
+- mbarriers carry the hand-offs: q_ready/k_ready/v_ready (the loader's copy has landed, counted in
+  bytes), q_free/k_free/v_free (every warpgroup is done with the buffer: count WARPGROUPS);
 - within a warpgroup, the next tile's S = Q K^T is issued before this tile's P V has finished:
   wgmma runs asynchronously, so the tensor cores multiply while the same warps compute exp2.
   Step j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish
-  in order), computes P_j from S_j, then waits for the P V product and rescales O.
+  in order), computes P_j from S_j, then waits for the P V product and rescales O;
+- the grid is persistent: one program per SM, each taking query tiles in turn (_work_item), so
+  the loader brings the next tile's Q, K and V while the last products and stores of one run.
 
 The arithmetic is part 4's: base-2 exponent with the scale folded in, masks only on the tiles that
 need them (the diagonal when causal, the ragged last key tile), L = m + log(l). GPU only (sm_90):
 Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a Hopper GPU here and
-keeps its `tl` forward for the rest (float32, other GPUs, Triton's interpreter on the CPU).
+keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs, Triton's interpreter on
+the CPU).
 """
 
 import torch
