@@ -188,9 +188,9 @@ def chosen_config(module):
     """The configuration an autotuned part picked for its last forward, e.g. '128x64 w4 s3' ('' if
     not autotuned). The forward kernel is _attn_fwd in every part; a part that can launch another
     forward kernel says so through forward_label() (None: it was _attn_fwd)."""
-    label = getattr(module, "forward_label", None)
-    if label is not None and label() is not None:
-        return label()
+    label = getattr(module, "forward_label", lambda: None)()
+    if label is not None:
+        return label
     kernel = getattr(module, "_attn_fwd", None)
     if kernel is None:  # part 0 has no kernel, and may run where Triton is not installed
         return ""

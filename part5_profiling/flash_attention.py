@@ -264,8 +264,7 @@ def flash_forward(Q, K, V, is_causal):
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     if GLUON and gluon_attention.supported(q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
         n_programs = gluon_attention.programs(n_q, q.shape[0], d, q.device)
-        meta = dict(D=d, BLOCK_N=gluon_attention.BLOCK_N, IS_CAUSAL=is_causal, ROWS=gluon_attention.ROWS,
-                    **gluon_attention.CONFIGS[d])  # fmt: skip
+        meta = gluon_attention.constexprs(d, is_causal)
         key = (q.device, q.dtype, d, is_causal)
         _launch_fwd_gluon(key, lambda _: n_programs, q, k, v, o, lse, n_q, n_k, q.shape[0], d**-0.5, **meta)
         _last_forward["label"] = gluon_attention.label(d)

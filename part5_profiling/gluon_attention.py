@@ -84,12 +84,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_partition(
-        Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS,
-        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-        D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+        Q, K, V, sizes, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
         """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
         last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
         # 3-D descriptors (sequence, row, column): a tile never reads past its own sequence's last
@@ -165,11 +166,12 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _softmax_partition(
-        O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale,
-        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
+        O, L, qk_scale, sizes, buffers,
         WG: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
     ):  # fmt: skip
         """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
         s_layout: gl.constexpr = _acc_layout(BLOCK_N)
@@ -259,43 +261,31 @@ if HAVE_GLUON:
             mbarrier.init(v_free.index(i), count=WARPGROUPS)
 
         qk_scale = scale * 1.4426950408889634  # scale * log2(e)
+        sizes = (n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS)
+        buffers = (q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free)
         # gl.warp_specialize([(function, args), ...], worker warps, worker registers): the first
         # function runs on the kernel's own 4 warps (warpgroup 0), each other one on warps of its own.
         if WARPGROUPS == 2:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
-                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                          0, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
-                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                          1, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_load_partition, (Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, q_smem, k_ring,
-                                       v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                       D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 1],  # warps: warpgroup 1, the loader
                 [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
-            )  # fmt: skip
+            )
         else:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
-                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                          0, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
-                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                          1, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, qk_scale, q_smem,
-                                          k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                          2, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_load_partition, (Q, K, V, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, q_smem, k_ring,
-                                       v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free,
-                                       D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 4, 1],  # warps: warpgroups 1 and 2, the loader
                 [REGISTERS, REGISTERS, 24],
-            )  # fmt: skip
+            )
 
 
 def supported(q):
@@ -335,9 +325,11 @@ def launch(q, k, v, o, lse, is_causal, config=None, persistent=True):
     """O and L of (BH, N, D) contiguous q, k, v into o, lse through Triton's own launch path (part 5's
     flash_forward launches the same kernel through its Launch): for studies of other configurations."""
     n_seqs, n_q, d = q.shape
-    config = config or CONFIGS[d]
-    grid = (programs(n_q, n_seqs, d, q.device, persistent, config["WARPGROUPS"]),)
-    _attn_fwd_ws[grid](
-        q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5,
-        D=d, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal, ROWS=ROWS, num_warps=4, **config,
-    )  # fmt: skip
+    meta = constexprs(d, is_causal, config)
+    grid = (programs(n_q, n_seqs, d, q.device, persistent, meta["WARPGROUPS"]),)
+    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5, **meta)
+
+
+def constexprs(d, is_causal, config=None):
+    """_attn_fwd_ws's compile-time arguments for head dim d (config: CONFIGS[d] unless given)."""
+    return dict(D=d, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal, ROWS=ROWS, **(config or CONFIGS[d]))

@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import torch
 
@@ -150,12 +151,9 @@ def triton_kernels(module):
     name, and those of the modules of its own package it imports (part 5's gluon_attention)."""
     from triton.runtime import Autotuner, JITFunction
 
-    package = module.__name__.rpartition(".")[0]
-    found = {}
-    for value in [module, *vars(module).values()]:
-        if value is module or (type(value) is type(module) and package and value.__name__.startswith(package + ".")):
-            found.update({n: k for n, k in vars(value).items() if isinstance(k, (Autotuner, JITFunction))})
-    return found
+    package = module.__name__.rpartition(".")[0] + "."
+    siblings = [m for m in vars(module).values() if isinstance(m, types.ModuleType) and m.__name__.startswith(package)]
+    return {n: k for m in [module, *siblings] for n, k in vars(m).items() if isinstance(k, (Autotuner, JITFunction))}
 
 
 def occupancy(res, props):
