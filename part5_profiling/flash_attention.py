@@ -12,6 +12,10 @@
    Q K^T issued before the softmax, a persistent grid), which Triton's compiler would not produce
    from _attn_fwd (part5_candidates.csv, part5_compiled.csv). _attn_fwd below stays for every
    other call: float32, D = 16 and 32, other GPUs, and Triton's interpreter on the CPU.
+3. The backward of 16-bit inputs at D = 128, non-causal, on a Hopper GPU runs gluon_backward.py:
+   dK, dV and dQ from one pass over the scores (five matrix products per tile pair instead of
+   seven), dQ summed in float32 by TMA reduce-adds. Elsewhere it measured slower than part 4's
+   two kernels below (part5_gluon_bwd.csv), which keep every other call.
 
 The kernels below are part 4's, unchanged.
 
@@ -27,7 +31,7 @@ from triton.runtime import driver
 from common import library
 from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
-from part5_profiling import gluon_attention
+from part5_profiling import gluon_attention, gluon_backward
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
 # H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
@@ -512,6 +516,36 @@ _launch_dkdv = Launch(_attn_bwd_dkdv)
 _launch_dq = Launch(_attn_bwd_dq)
 
 
+_launch_bwd_prepare = Launch(gluon_backward._bwd_prepare)
+_launch_bwd_gluon = Launch(gluon_backward._attn_bwd_ws) if gluon_backward.HAVE_GLUON else None
+_launch_dq_convert = Launch(gluon_backward._dq_convert)
+_last_backward = {"label": None}
+
+
+def _gluon_backward(q, k, v, o, do, lse, is_causal):
+    """dQ, dK, dV of (BH, N, D) tensors from gluon_backward.py's kernel, in three launches."""
+    n_seqs, n_q, d = q.shape
+    n_k = k.shape[1]
+    dk, dv, dq32, lse2, delta = gluon_backward.allocate(q, k)
+    programs = lambda _: triton.cdiv(n_q, gluon_backward.BLOCK_M) * n_seqs  # noqa: E731
+    _launch_bwd_prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs,
+                        D=d, BLOCK_M=gluon_backward.BLOCK_M)  # fmt: skip
+    programs = lambda _: triton.cdiv(n_k, gluon_backward.BLOCK_N) * n_seqs  # noqa: E731
+    meta = gluon_backward.constexprs(d, is_causal)
+    _launch_bwd_gluon((q.device, q.dtype, d, is_causal), programs, q, k, v, do, lse2, delta, dk, dv, dq32,
+                      n_q, n_k, n_seqs, d**-0.5, **meta)  # fmt: skip
+    dq = torch.empty_like(q)
+    programs = lambda _: triton.cdiv(dq.numel(), gluon_backward.CONVERT_BLOCK)  # noqa: E731
+    _launch_dq_convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5,
+                       BLOCK=gluon_backward.CONVERT_BLOCK)  # fmt: skip
+    return dq, dk, dv
+
+
+def backward_label():
+    """What the last backward ran: 'gluon' (gluon_backward.py) or 'tl' (part 4's kernels)."""
+    return _last_backward["label"]
+
+
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
     set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset
@@ -519,6 +553,11 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
     n_seqs = q.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
+    if GLUON and not atomic_dq and gluon_backward.supported(q, is_causal):  # D = 128, non-causal, Hopper
+        dq, dk, dv = _gluon_backward(q, k, v, o, do, lse, is_causal)
+        _last_backward["label"] = "gluon"
+        return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
+    _last_backward["label"] = "tl"
     delta = torch.empty_like(lse)
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     _launch_preprocess((q.device, q.dtype, d), programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)

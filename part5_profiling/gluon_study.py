@@ -1,8 +1,10 @@
 """The Gluon forward's two choices, each measured: how many softmax warpgroups share one K/V tile
 (2: 128 query rows per program; 3: 192), and the persistent grid (one program per SM, each taking
-query tiles in turn) against one program per query tile.
+query tiles in turn) against one program per query tile. With --backward, the Gluon backward
+(gluon_backward.py) against part 4's two kernels, with two ablations that say where its time goes.
 
-    python -m part5_profiling.gluon_study     # a Hopper GPU: results/<gpu>/part5_gluon.csv
+    python -m part5_profiling.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
+    python -m part5_profiling.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
 
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
@@ -10,6 +12,12 @@ kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN b
 inputs. B=4, H=8, N = 4096-16384. Three warpgroups at D = 128 are left out: the registers of one
 warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
 share the register file.
+
+The backward's rows time flash_backward alone, from the forward's O and L, by CUDA-graph replay:
+part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with dQ made and staged but not added
+into global memory, and with no dQ at all (the two ablations compute something else on purpose and
+are not checked), and SDPA cuDNN's backward (autograd's, from a retained graph, as the benchmark's
+bwd mode runs it). The backward counts 2.5 times the forward's FLOPs.
 """
 
 import argparse
@@ -27,6 +35,9 @@ REGISTERS = {2: 232, 3: 160}  # per thread of each extra warpgroup: the register
 FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "vs_cudnn", "check",
           *results.PROVENANCE]  # fmt: skip
 KEY = ("variant", "N", "D", "causal")
+BWD_FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "vs_cudnn",
+              "repeatable", "check", *results.PROVENANCE]  # fmt: skip
+BWD_KEY = ("candidate", "N", "D", "causal")
 
 
 def variants(d):
@@ -96,15 +107,83 @@ def run(seq_lens, save=None):
     return rows
 
 
+def gluon_backward(ablate):
+    """flash_backward(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the Gluon backward."""
+    from part5_profiling import flash_attention, gluon_backward
+
+    def backward(Q, K, V, O, L, dO, causal):
+        q, k, v, o, do = (flash_attention._as_sequences(t) for t in (Q, K, V, O, dO))
+        lse = L.reshape(q.shape[:-1]).contiguous()
+        dq, dk, dv = gluon_backward.launch(q, k, v, o, do, lse, causal, ablate)
+        return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
+
+    return backward
+
+
+def run_backward(seq_lens, save=None):
+    from part5_profiling import gluon_backward as gb
+
+    part4 = parts.load(4)
+    cudnn = bench.sdpa_impl("cudnn")
+    calls = {"part 4": (part4.flash_backward, True), "Gluon, one pass": (gluon_backward(gb.FULL), True),
+             "Gluon, dQ not added (ablation)": (gluon_backward(gb.NO_DQ_ADD), False),
+             "Gluon, no dQ (ablation)": (gluon_backward(gb.NO_DQ), False)}  # fmt: skip
+    meta, rows = results.provenance(), []
+    for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+        flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
+        o, lse = part4.flash_forward(q, k, v, causal)
+        shape_rows = []
+        for name, (backward, checked) in calls.items():
+            row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+            try:
+                call = functools.partial(backward, q, k, v, o, lse, do, causal)
+                dq, dk, dv = call()
+                row["check"] = "not checked: computes something else on purpose"
+                if checked:
+                    report = bench.check_slices({"dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+                    row.update(check=("ok " if report.ok else "FAIL ") + str(report),
+                               repeatable=int(torch.equal(call()[0], dq)))  # fmt: skip
+                if not checked or report.ok:
+                    ms = bench.graph_time_ms(call)
+                    row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+            except Exception as e:  # a configuration the compiler refuses: say why, go on
+                row["check"] = f"error: {bench.why(e)}"
+            shape_rows.append(row)
+        row = dict(candidate="SDPA cuDNN", B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
+        try:
+            with bench.sdpa_context("cudnn"):
+                ms = bench.graph_time_ms(bench.timed_call(cudnn, "bwd", q, k, v, do, causal))
+            row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}", check="checked by the benchmark")
+        except Exception as e:
+            row["check"] = f"error: {bench.why(e)}"
+        shape_rows.append(row)
+        times = {r["candidate"]: float(r["graph_ms"]) for r in shape_rows if r.get("graph_ms")}
+        for r in shape_rows:
+            if r.get("graph_ms"):
+                r["speedup"] = f"{times['part 4'] / float(r['graph_ms']):.3f}" if "part 4" in times else ""
+                r["vs_cudnn"] = f"{times['SDPA cuDNN'] / float(r['graph_ms']):.3f}" if "SDPA cuDNN" in times else ""
+            print(f"D={d:<3} causal={causal:d} N={n:>5}  {r['candidate']:<32} {r.get('graph_tflops') or '-':>7} TFLOP/s "
+                  f"(x{r.get('speedup') or '-'} of part 4, {r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}",
+                  flush=True)  # fmt: skip
+        rows += shape_rows
+        if save is not None:
+            save(rows)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
+    ap.add_argument("--backward", action="store_true", help="the Gluon backward: part5_gluon_bwd.csv")
     args = ap.parse_args(argv)
     from part5_profiling import gluon_attention
 
     if not gluon_attention.supported(torch.empty(1, 1, 64, dtype=torch.bfloat16, device=runtime.DEVICE)):
         print("The Gluon forward runs on a Hopper GPU (sm_90) with Triton's compiler: nothing to time here.")
         return 0
+    if args.backward:
+        run_them = lambda save: run_backward(args.n or SEQ_LENS, save)  # noqa: E731
+        return results.write_as_measured("part5_gluon_bwd.csv", BWD_FIELDS, run_them, key=BWD_KEY)
     return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save), key=KEY)
 
 

@@ -136,6 +136,14 @@ def table_gluon(gpu_dir):
     return _candidates_table(rows, "python -m part5_profiling.gluon_study", caption)
 
 
+def table_gluon_bwd(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_gluon_bwd.csv")
+    caption = ("Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
+               "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
+               "something else on purpose: they say what dQ's product and its TMA add cost:")  # fmt: skip
+    return _candidates_table(rows, "python -m part5_profiling.gluon_study --backward", caption)
+
+
 def _candidates_table(rows, command, caption):
     names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")  # part 4 first
     index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
@@ -200,4 +208,5 @@ TABLES = {
     "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
     "part5-gluon": table_gluon,
+    "part5-gluon-bwd": table_gluon_bwd,
 }

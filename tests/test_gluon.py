@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from common import ROOT, parts
-from common.check import check_part
+from common.check import check_outputs, check_part, run_part
 from common.inputs import STRESS_SCALE, Shape, make_inputs
 from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok
 
@@ -103,3 +103,95 @@ def test_float32_keeps_the_tl_forward(part):
     q, k, v, do = make_inputs(Shape((2, 3), 300, 300, 64), torch.float32, DEVICE, seed=5)
     assert_report_ok(check_part(part5, q, k, v, do, True, grads=False), "float32")
     assert part5.forward_label() is None, "float32 should run _attn_fwd (the Gluon kernel takes 16-bit inputs)"
+
+
+# ---------------------------------------------------------------------------- the Gluon backward
+def test_gluon_backward_takes_only_the_calls_it_is_routed(part):
+    backward = parts.load(part).gluon_backward
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for d in (16, 32, 64, 128):
+            for causal in (False, True):
+                q = torch.empty(2, 3, 8, d, dtype=dtype, device=DEVICE)
+                runs = HOPPER and not INTERPRET and dtype != torch.float32 and d in (64, 128)
+                assert backward.supported(q, causal, route=False) == runs, f"{dtype} D={d}"
+                assert backward.supported(q, causal) == (runs and (d, causal) in backward.ROUTE), f"{dtype} D={d}"
+    assert backward.ROUTE == {(128, False)}  # what part5_gluon_bwd.csv measured faster than part 4's kernels
+
+
+COMPILE_BWD = """
+import json, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from part5_profiling import gluon_backward as gb
+fn, rows = gb._attn_bwd_ws, []
+types = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DK="*bf16", DV="*bf16", DQ="*fp32", L2="*fp32",
+             DELTA="*fp32", scale="fp32")
+for d in (64, 128):
+    for causal in (False, True):
+        cx = gb.constexprs(d, causal)
+        sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
+        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=4))
+        ptx = k.asm["ptx"]
+        rows.append(dict(d=d, causal=causal, warps=k.metadata.num_warps, smem=k.metadata.shared,
+                         ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
+                         loads=ptx.count("cp.async.bulk.tensor.3d"), adds=ptx.count("cp.reduce.async.bulk.tensor")))
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_backward_compiles_for_hopper(part):
+    """The backward compiled for sm_90 on any machine: two warpgroups and the loader, wgmma, TMA
+    loads, and dQ's TMA reduce-add (the one instruction whose Gluon wrapper Triton 3.6 lacks)."""
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", COMPILE_BWD], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    for row in json.loads(out.stdout.strip().splitlines()[-1]):
+        assert row["ws"] and row["warps"] == 12, row  # two warpgroups and the loader's, padded to a warpgroup
+        assert row["smem"] <= 227 * 1024, row
+        assert row["wgmma"] > 0 and row["loads"] > 0 and row["adds"] > 0, row
+
+
+# Ragged lengths, N_q != N_k both ways, one key tile, one query, more key tiles than SMs.
+BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape((1, 3), 1000, 64, 128),
+              Shape((3, 2), 1, 1, 128), Shape((4, 40), 300, 700, 128)]  # fmt: skip
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", BWD_SHAPES, ids=str)
+def test_gluon_backward(part, shape, dtype):
+    """flash_backward through the Gluon kernel (D = 128, non-causal) against the float64 reference;
+    dK and dV the same bits on a second call (each program owns its keys), dQ within tolerance again
+    (its float32 sum is added by TMA in whatever order the programs arrive)."""
+    part5 = parts.load(part)
+    q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=shape.n_q + shape.n_k)
+    first = run_part(part5, q, k, v, do, False)
+    assert part5.backward_label() == "gluon", "the call should have run the Gluon backward"
+    assert_report_ok(check_outputs(first, q, k, v, do, False), f"{shape} {dtype}")
+    second = run_part(part5, q, k, v, do, False)
+    assert torch.equal(first["dK"], second["dK"]) and torch.equal(first["dV"], second["dV"])
+    assert_report_ok(check_outputs(second, q, k, v, do, False), f"{shape} {dtype}, second call")
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gluon_backward_where_it_is_not_routed(part, d, is_causal):
+    """The kernel at D = 64 and causal, which the study times (gluon_study.py --backward) but part 5
+    does not route to it: correct there too, through gluon_backward.launch; flash_backward keeps
+    part 4's kernels for those calls."""
+    part5 = parts.load(part)
+    for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((1, 2), 450, 200, d)]):
+        q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=20 + i)
+        o, lse = part5.flash_forward(q, k, v, is_causal)
+        seqs = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k, v, o, do)]
+        dq, dk, dv = part5.gluon_backward.launch(*seqs, lse.reshape(seqs[0].shape[:-1]).contiguous(), is_causal)
+        out = {"O": o, "L": lse, "dQ": dq.view(q.shape), "dK": dk.view(k.shape), "dV": dv.view(v.shape)}
+        assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal}")
+        part5.flash_backward(q, k, v, o, lse, do, is_causal)
+        assert part5.backward_label() == ("gluon" if (d, is_causal) in part5.gluon_backward.ROUTE else "tl")

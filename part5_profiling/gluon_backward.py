@@ -1,0 +1,383 @@
+"""Part 5's Hopper backward in Gluon: dK, dV and dQ from one pass over the scores, as FlashAttention-3
+does it.
+
+Part 4's backward walks the scores twice: _attn_bwd_dkdv (one program per key tile) and
+_attn_bwd_dq (one per query tile) each recompute S = Q K^T and dP = dO V^T, seven matrix products
+per tile pair where five would do. This kernel makes the five once:
+
+- a program holds 128 keys, 64 per warpgroup (two warpgroups), and one loader warp, in partitions
+  of warps (gl.warp_specialize). The loader brings the program's K and V once, then Q_i and dO_i,
+  64 queries at a time, into a ring of STAGES buffers (mbarriers q_ready/q_free, do_ready/do_free);
+- each warpgroup, for its 64 keys: S^T = K Q_i^T and dP^T = V dO_i^T (wgmma, in flight together),
+  P^T = exp2(S^T * scale * log2(e) - L_i * log2(e)), dV += P^T dO_i with P^T in registers as the
+  A operand, dS^T = P^T (dP^T - D_i), dK += dS^T Q_i;
+- dQ_i = dS K sums over every key: the two warpgroups put their dS^T in shared memory (an mbarrier,
+  ds_ready, says both have), then warpgroup w multiplies dS by K's columns 64w ... 64w + 63 (D =
+  128) and adds the 64 x 64 float32 result into a float32 dQ in global memory with a TMA reduce
+  (cp.reduce.async.bulk: the add happens in L2, no atomics instruction per element). Programs for
+  different key tiles add into the same rows in any order, so dQ's last bits can differ from run
+  to run (part 4's two-kernel backward is bitwise repeatable);
+- a small tl kernel first writes D_i = rowsum(dO_i * O_i) and L_i * log2(e), padded with zeros to
+  whole query tiles (no masks in the inner loop), and zeroes the float32 dQ; another converts it to
+  Q's dtype at the end (times the softmax scale).
+
+Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
+warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
+`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE) and keeps
+part 4's kernels for the rest.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from common.runtime import INTERPRET
+
+try:  # Gluon is experimental: a Triton without it (or with another API) keeps part 4's kernels
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+    @builtin
+    def _tma_add_shared_to_global(tensor_desc, coord, src, _semantic=None):
+        """TMA's reduce-add from shared memory into global memory. Triton 3.6's compiler has the
+        operation (it lowers tl's descriptor atomic_add to it) but Gluon gained a wrapper for it
+        only in 3.7 (tma.async_atomic_add): this is that wrapper."""
+        from triton._C.libtriton import ir
+
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+    tma_add = getattr(tma, "async_atomic_add", None) or _tma_add_shared_to_global
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover
+    HAVE_GLUON = False
+
+KEYS = 64  # keys per warpgroup: one wgmma M
+BLOCK_N = 2 * KEYS  # keys per program
+BLOCK_M = 64  # queries per step
+COLS = 64  # columns per shared-memory chunk
+STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB
+DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
+REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
+# (D, causal) where this kernel beat part 4's two kernels (results/h200/part5_gluon_bwd.csv, from
+# gluon_bwd_study.py): at D = 64, and causal, it is 4-8% slower, and those calls keep part 4's.
+ROUTE = {(128, False)}
+# Ablations for gluon_bwd_study.py only (they compute something else on purpose): dQ's product and
+# staging without the TMA add, or no dQ at all (dK and dV alone).
+FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+
+
+if HAVE_GLUON:
+
+    @gluon.constexpr_function
+    def _acc_layout(n):
+        """wgmma's accumulator layout for a 64 x n tile over one warpgroup (4 warps along M)."""
+        return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+    @gluon.jit
+    def _bwd_load(Q, K, V, DO, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+        """One warp: the program's K and V (once), then Q_i and dO_i, each as soon as its buffer is free."""
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
+        CHUNKS: gl.constexpr = D // 64
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+        q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], layout)
+        do_desc = tma.make_tensor_descriptor(
+            DO, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], layout
+        )
+        k_desc = tma.make_tensor_descriptor(K, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
+        v_desc = tma.make_tensor_descriptor(V, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
+        mbarrier.expect(kv_ready, 2 * 2 * 64 * D * 2)  # keys past N_KEYS arrive as zeros, and count
+        for c in gl.static_range(CHUNKS):  # chunk c of warpgroup w's keys: buffer 2c + w
+            for w in gl.static_range(2):
+                tma_load(k_desc, [bh, k_start + w * 64, c * 64], kv_ready, k_smem.index(c * 2 + w).reshape([1, 64, 64]))
+                tma_load(v_desc, [bh, k_start + w * 64, c * 64], kv_ready, v_smem.index(c * 2 + w).reshape([1, 64, 64]))
+        for i in range(n_q_tiles):
+            slot = i % STAGES
+            phase = (i // STAGES) & 1
+            q_start = q_lo + i * BLOCK_M
+            mbarrier.wait(q_free.index(slot), phase ^ 1)
+            mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2)
+            for c in gl.static_range(CHUNKS):
+                tma_load(q_desc, [bh, q_start, c * 64], q_ready.index(slot),
+                         q_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
+            mbarrier.wait(do_free.index(slot), phase ^ 1)
+            mbarrier.expect(do_ready.index(slot), BLOCK_M * D * 2)
+            for c in gl.static_range(CHUNKS):
+                tma_load(do_desc, [bh, q_start, c * 64], do_ready.index(slot),
+                         do_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
+
+    @gluon.jit
+    def _bwd_step(
+        i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
+        MASKED: gl.constexpr, ABLATE: gl.constexpr,
+    ):  # fmt: skip
+        """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
+        64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
+        ds_smem, ds_ready, ds_free, dq_smem = exchange
+        CHUNKS: gl.constexpr = D // 64
+        slot = i % STAGES
+        phase = (i // STAGES) & 1
+        s_layout: gl.constexpr = _acc_layout(BLOCK_M)
+        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv0.type.layout, k_width=2)
+        s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
+        q_start = q_lo + i * BLOCK_M
+        cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        stats = bh.to(gl.int64) * gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M + q_start  # padded rows: no mask
+        l_2 = gl.load(L2 + stats + cols)
+
+        mbarrier.wait(q_ready.index(slot), phase)
+        s = warpgroup_mma(k_smem.index(WG), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
+                          is_async=True)  # fmt: skip
+        if CHUNKS == 2:
+            s = warpgroup_mma(k_smem.index(2 + WG), q_ring.index(slot * 2 + 1).permute((1, 0)), s, is_async=True)
+        mbarrier.wait(do_ready.index(slot), phase)
+        dp = warpgroup_mma(v_smem.index(WG), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
+                           is_async=True)  # fmt: skip
+        if CHUNKS == 2:
+            dp = warpgroup_mma(v_smem.index(2 + WG), do_ring.index(slot * 2 + 1).permute((1, 0)), dp, is_async=True)
+        s = warpgroup_mma_wait(CHUNKS, deps=[s])  # S^T is done (issued first); dP^T may still run
+        p = gl.exp2(s * qk_scale - l_2[None, :])
+        if MASKED:  # causal: the query tiles across the diagonal
+            p = gl.where(k_pos[:, None] <= (q_start + cols)[None, :], p, 0.0)
+        p16 = gl.convert_layout(p.to(q_ring.dtype), a_layout)
+        dv0 = warpgroup_mma(p16, do_ring.index(slot * CHUNKS), dv0, is_async=True)  # dV += P^T dO
+        if CHUNKS == 2:
+            dv1 = warpgroup_mma(p16, do_ring.index(slot * 2 + 1), dv1, is_async=True)
+        delta = gl.load(DELTA + stats + cols)
+        if CHUNKS == 2:  # all done: P^T's registers are free again
+            dp, dv0, dv1 = warpgroup_mma_wait(0, deps=[dp, dv0, dv1])
+        else:
+            dp, dv0 = warpgroup_mma_wait(0, deps=[dp, dv0])
+        ds = (p * (dp - delta[None, :])).to(q_ring.dtype)  # dS^T, unscaled
+
+        if ABLATE != NO_DQ:  # dS^T into shared memory for dQ, once both warpgroups are done with the last one
+            mbarrier.wait(ds_free, (i & 1) ^ 1)
+            ds_smem.index(WG).store(ds)
+            fence_async_shared()
+            mbarrier.arrive(ds_ready, count=1)
+        ds_a = gl.convert_layout(ds, a_layout)
+        dk0 = warpgroup_mma(ds_a, q_ring.index(slot * CHUNKS), dk0, is_async=True)  # dK += dS^T Q
+        if CHUNKS == 2:
+            dk1 = warpgroup_mma(ds_a, q_ring.index(slot * 2 + 1), dk1, is_async=True)
+        if ABLATE != NO_DQ:
+            # dQ_i = dS K: at D = 128 warpgroup w makes columns 64w ... 64w + 63 from both halves of
+            # dS (both warpgroups' keys); at D = 64 each warpgroup adds its own keys' share
+            mbarrier.wait(ds_ready, i & 1)
+            q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
+            if CHUNKS == 2:
+                dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False,
+                                   is_async=True)  # fmt: skip
+                dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(WG * 2 + 1), dq, is_async=True)
+                dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
+            else:
+                dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False,
+                                   is_async=True)  # fmt: skip
+                dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
+            mbarrier.arrive(ds_free, count=1)
+        elif CHUNKS == 2:
+            dk0, dk1 = warpgroup_mma_wait(0, deps=[dk0, dk1])
+        else:
+            dk0 = warpgroup_mma_wait(0, deps=[dk0])
+        mbarrier.arrive(q_free.index(slot), count=1)
+        mbarrier.arrive(do_free.index(slot), count=1)
+
+        if ABLATE != NO_DQ:  # float32 dQ_i share: registers -> shared memory -> TMA add into global
+            buf = (i % DQ_BUFFERS) * 2 + WG
+            tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
+            dq_smem.index(buf).store(dq)
+            fence_async_shared()
+            if ABLATE == FULL:
+                tma_add(dq_desc, [bh, q_start, WG * (CHUNKS - 1) * 64], dq_smem.index(buf).reshape([1, BLOCK_M, 64]))
+        return dk0, dk1, dv0, dv1
+
+    @gluon.jit
+    def _bwd_partition(
+        pointers, scale, n_masked, sizes, loads, exchange,
+        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr,
+    ):  # fmt: skip
+        """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        DK, DV, DQ, L2, DELTA = pointers
+        acc_layout: gl.constexpr = _acc_layout(64)
+        dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
+        dk1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
+        dv0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
+        dv1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
+        k_pos = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, _acc_layout(BLOCK_M)))
+        qk_scale = scale * 1.4426950408889634
+        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
+        dq_desc = tma.make_tensor_descriptor(DQ, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], f32)
+        mbarrier.wait(loads[4], 0)  # kv_ready
+        for i in range(0, n_masked):
+            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True, ABLATE)  # fmt: skip
+        for i in range(n_masked, n_q_tiles):
+            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False, ABLATE)  # fmt: skip
+        tma.store_wait(0)
+        rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
+        cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
+        offs = (bh.to(gl.int64) * N_KEYS + rows[:, None]) * D + cols[None, :]
+        keep = (rows < N_KEYS)[:, None]
+        gl.store(DK + offs, (dk0 * scale).to(DK.dtype.element_ty), mask=keep)
+        gl.store(DV + offs, dv0.to(DV.dtype.element_ty), mask=keep)
+        if D == 128:
+            gl.store(DK + offs + 64, (dk1 * scale).to(DK.dtype.element_ty), mask=keep)
+            gl.store(DV + offs + 64, dv1.to(DV.dtype.element_ty), mask=keep)
+
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS"])
+    def _attn_bwd_ws(
+        Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, scale,
+        D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ABLATE: gl.constexpr,
+    ):  # fmt: skip
+        CHUNKS: gl.constexpr = D // 64
+        pid = gl.program_id(0)
+        bh = pid % N_SEQS
+        k_start = (pid // N_SEQS) * 128
+        if IS_CAUSAL:  # query tiles before the first that sees key k_start contribute nothing
+            q_lo = k_start // BLOCK_M * BLOCK_M
+            n_masked = gl.cdiv(gl.minimum(k_start + 128, N_QUERIES) - q_lo, BLOCK_M)
+        else:
+            q_lo = 0
+            n_masked = 0
+        n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
+        n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        dtype: gl.constexpr = Q.dtype.element_ty
+        k_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, 64, 64], layout)
+        v_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, 64, 64], layout)
+        q_ring = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_M, 64], layout)
+        do_ring = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_M, 64], layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M], layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, BLOCK_M, 64], f32)
+        kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        q_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        do_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(kv_ready, count=1)
+        mbarrier.init(ds_ready, count=2)  # both warpgroups have stored their dS^T
+        mbarrier.init(ds_free, count=2)  # both are done reading it
+        for i in gl.static_range(STAGES):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(do_ready.index(i), count=1)
+            mbarrier.init(q_free.index(i), count=2)
+            mbarrier.init(do_free.index(i), count=2)
+        sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
+        loads = (k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free)
+        exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
+        pointers = (DK, DV, DQ, L2, DELTA)
+        gl.warp_specialize(
+            [
+                (
+                    _bwd_partition,
+                    (pointers, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE),
+                ),
+                (
+                    _bwd_partition,
+                    (pointers, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE),
+                ),
+                (_bwd_load, (Q, K, V, DO, sizes, loads, D, BLOCK_M, STAGES)),
+            ],
+            [4, 1],  # warps: warpgroup 1, the loader
+            [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
+        )
+
+
+@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
+def _bwd_prepare(
+    O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr
+):  # fmt: skip
+    """Per query tile: D_i = rowsum(dO_i * O_i) and L_i * log2(e), zeros past N_QUERIES up to a whole
+    tile (the Gluon kernel reads them without masks), and zeros into the float32 dQ."""
+    pid = tl.program_id(0)
+    tile_m = pid // N_SEQS
+    bh = (pid % N_SEQS).to(tl.int64)
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, D)
+    keep = rows < N_QUERIES
+    offs = (bh * N_QUERIES + rows[:, None]) * D + cols[None, :]
+    o = tl.load(O + offs, mask=keep[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + offs, mask=keep[:, None], other=0.0).to(tl.float32)
+    padded = bh * tl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M + rows
+    tl.store(DELTA + padded, tl.sum(o * do, axis=1))
+    lse = tl.load(L + bh * N_QUERIES + rows, mask=keep, other=0.0)
+    tl.store(L2 + padded, lse * 1.4426950408889634)
+    tl.store(DQ + offs, tl.zeros([BLOCK_M, D], tl.float32), mask=keep[:, None])
+
+
+@triton.jit(do_not_specialize=["N"])
+def _dq_convert(DQ32, DQ, N, scale, BLOCK: tl.constexpr):
+    """dQ = scale * (the float32 sum), in the inputs' dtype."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = offs < N
+    tl.store(DQ + offs, (tl.load(DQ32 + offs, mask=keep) * scale).to(DQ.dtype.element_ty), mask=keep)
+
+
+CONVERT_BLOCK = 2048
+
+
+def supported(q, is_causal, route=True):
+    """Whether this backward can run q's call (Gluon compiled, not the interpreter, bf16 or fp16,
+    D = 64 or 128, a Hopper GPU) and, with route, whether flash_backward sends it here (ROUTE)."""
+    d = q.shape[-1]
+    return (
+        HAVE_GLUON
+        and not INTERPRET
+        and q.is_cuda
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and d in (64, 128)
+        and (not route or (d, is_causal) in ROUTE)
+        and torch.cuda.get_device_capability(q.device) == (9, 0)
+    )
+
+
+def constexprs(d, is_causal, ablate=FULL):
+    """_attn_bwd_ws's compile-time arguments for head dim d."""
+    return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
+                REGISTERS=REGISTERS, ABLATE=ablate)  # fmt: skip
+
+
+def allocate(q, k):
+    """The backward's outputs and scratch for (BH, N, D) q and k: dK, dV, the float32 dQ sum, and
+    L * log2(e) and D_i with rows padded to whole query tiles."""
+    n_seqs, n_q, _ = q.shape
+    padded = triton.cdiv(n_q, BLOCK_M) * BLOCK_M
+    stats = torch.empty(2, n_seqs, padded, dtype=torch.float32, device=q.device)
+    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
+
+
+def launch(q, k, v, o, do, lse, is_causal, ablate=FULL):
+    """dQ, dK, dV of (BH, N, D) contiguous tensors through Triton's own launch path (part 5's
+    flash_backward launches the same kernels through its Launch): for studies."""
+    n_seqs, n_q, d = q.shape
+    dk, dv, dq32, lse2, delta = allocate(q, k)
+    _bwd_prepare[(triton.cdiv(n_q, BLOCK_M) * n_seqs,)](
+        o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M
+    )
+    grid = (triton.cdiv(k.shape[1], BLOCK_N) * n_seqs,)
+    _attn_bwd_ws[grid](q, k, v, do, lse2, delta, dk, dv, dq32, n_q, k.shape[1], n_seqs, d**-0.5,
+                       **constexprs(d, is_causal, ablate))  # fmt: skip
+    dq = torch.empty_like(q)
+    _dq_convert[(triton.cdiv(dq.numel(), CONVERT_BLOCK),)](dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
+    return dq, dk, dv
