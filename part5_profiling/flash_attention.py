@@ -12,10 +12,10 @@
    Q K^T issued before the softmax, a persistent grid), which Triton's compiler would not produce
    from _attn_fwd (part5_candidates.csv, part5_compiled.csv). _attn_fwd below stays for every
    other call: float32, D = 16 and 32, other GPUs, and Triton's interpreter on the CPU.
-3. The backward of 16-bit inputs at D = 128, non-causal, on a Hopper GPU runs gluon_backward.py:
-   dK, dV and dQ from one pass over the scores (five matrix products per tile pair instead of
-   seven), dQ summed in float32 by TMA reduce-adds. Elsewhere it measured slower than part 4's
-   two kernels below (part5_gluon_bwd.csv), which keep every other call.
+3. gluon_backward.py: dK, dV and dQ from one pass over the scores (five matrix products per tile
+   pair instead of seven), dQ summed in float32 by TMA reduce-adds. flash_backward sends it the
+   calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward); part 4's
+   two kernels below keep the rest. ROUTE is empty until that study has run on this version.
 
 The kernels below are part 4's, unchanged.
 
@@ -553,7 +553,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
     n_seqs = q.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
-    if GLUON and not atomic_dq and gluon_backward.supported(q, is_causal):  # D = 128, non-causal, Hopper
+    if GLUON and not atomic_dq and gluon_backward.supported(q, is_causal):  # gluon_backward.ROUTE, on Hopper
         dq, dk, dv = _gluon_backward(q, k, v, o, do, lse, is_causal)
         _last_backward["label"] = "gluon"
         return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)

@@ -23,8 +23,8 @@ per tile pair where five would do. This kernel makes the five once:
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
-`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE) and keeps
-part 4's kernels for the rest.
+`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, empty until
+gluon_study.py --backward has run on this version) and keeps part 4's kernels for the rest.
 """
 
 import torch
@@ -69,9 +69,10 @@ COLS = 64  # columns per shared-memory chunk
 STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
-# (D, causal) where this kernel beat part 4's two kernels (results/h200/part5_gluon_bwd.csv, from
-# gluon_bwd_study.py): at D = 64, and causal, it is 4-8% slower, and those calls keep part 4's.
-ROUTE = {(128, False)}
+# (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
+# kernel faster than part 4's two. None yet: this version has not been checked and timed on the
+# GPU (results/h200/ has no part5_gluon_bwd.csv).
+ROUTE = set()
 # Ablations for gluon_bwd_study.py only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)

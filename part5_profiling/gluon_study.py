@@ -140,7 +140,8 @@ def run_backward(seq_lens, save=None):
                 dq, dk, dv = call()
                 row["check"] = "not checked: computes something else on purpose"
                 if checked:
-                    report = bench.check_slices({"dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+                    out = {"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}
+                    report = bench.check_slices(out, q, k, v, causal, do)
                     row.update(check=("ok " if report.ok else "FAIL ") + str(report),
                                repeatable=int(torch.equal(call()[0], dq)))  # fmt: skip
                 if not checked or report.ok:
