@@ -9,12 +9,46 @@ SUPPORTED_D = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+# The dtypes a Triton part takes here (below: the interpreter refuses bfloat16) and the head dims.
+_TRITON_DTYPES = (torch.float32, torch.float16) if INTERPRET else SUPPORTED_DTYPES
+_FAST_D = frozenset(SUPPORTED_D)
+
+
 def check_inputs(q, k, v, is_causal, triton=False):
     """Raise TypeError/ValueError for anything the kernels do not support.
 
     triton: the part launches Triton kernels. Compiled, they need CUDA tensors; under Triton's
     interpreter (TRITON_INTERPRET=1, no GPU) they run on CPU tensors, but not in bfloat16 (below).
     """
+    # A good call passes every check below; this is those checks in the fewest Python operations
+    # (each attribute read once), so that the common case costs little host time. Anything it does
+    # not accept goes on to the checks themselves, which raise the error that names the argument.
+    if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor):
+        dtype, shape, device = q.dtype, q.shape, q.device
+        k_shape = k.shape
+        lead = shape[:-2]
+        if (
+            (is_causal is True or is_causal is False)
+            and dtype in (_TRITON_DTYPES if triton else SUPPORTED_DTYPES)
+            and k.dtype is dtype
+            and v.dtype is dtype
+            and len(shape) >= 3
+            and shape[-1] in _FAST_D
+            and k_shape[:-2] == lead  # so k has q's number of dims, at least 3
+            and k_shape[-1] == shape[-1]
+            and v.shape == k_shape
+            and shape[-2] > 0
+            and k_shape[-2] > 0
+            and all(lead)
+            and k.device == device
+            and v.device == device
+            and (not triton or INTERPRET or device.type == "cuda")
+        ):
+            return
+    _check_inputs(q, k, v, is_causal, triton)
+
+
+def _check_inputs(q, k, v, is_causal, triton):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")

@@ -6,7 +6,10 @@
    autotuner's key, binding the arguments, the compile-cache key, the grid, launch metadata),
    redone on every call for the same answer. So the first call of each shape class goes through
    Triton as before (compile, autotune); later calls of that class hand the arguments straight to
-   the compiled kernel's launcher.
+   the compiled kernel's launcher. The forward goes further: what it launches for a call follows
+   from the call's shapes, dtype, device and causal flag, so it is worked out once per such
+   signature (_plans); contiguous inputs go to the kernel as they are; and FlashAttention.apply
+   without a graph to record (inference) skips autograd.Function's own per-call machinery.
 2. The forward of 16-bit inputs at D = 64 and 128 on a Hopper GPU runs gluon_attention.py: the
    FlashAttention-3 schedule (a loader warp, softmax warpgroups that share K and V, the next
    Q K^T issued before the softmax, a persistent grid), which Triton's compiler would not produce
@@ -22,9 +25,12 @@ The kernels below are part 4's, unchanged.
 Run:  make test PART=5   |   make bench PART=5   |   python -m part5_profiling.launch_cost (GPU)
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
+from torch.autograd import forward_ad
 from triton import knobs
 from triton.runtime import driver
 
@@ -87,7 +93,7 @@ class Launch:
     run-time parameters, in order) with the constexprs given by keyword. key must tell apart every
     call that Triton would compile or tune differently: here the device, the dtype, D, causal,
     the autotuner's length bucket (and the dQ mode); the integer parameters are do_not_specialize
-    and every pointer is 16-byte aligned (_as_sequences), so nothing else changes the binary.
+    and every pointer is 16-byte aligned (_as_sequences, _flat), so nothing else changes the binary.
     grid(config kwargs) -> number of programs (one grid axis).
 
     The first call of a key, every call under the interpreter, and every call while a launch hook
@@ -96,7 +102,9 @@ class Launch:
     def __init__(self, kernel):
         self.kernel = kernel  # a triton.autotune'd kernel or a plain triton.jit one
         self.names = kernel.arg_names  # every parameter, run-time and constexpr, in order
-        self.known = {}  # key -> (compiled kernel, its triton.Config or None, constexpr values)
+        # key -> (compiled kernel's launcher, its function handle and packed metadata, its
+        # triton.Config or None, that config's kwargs for grid, constexpr values)
+        self.known = {}
 
     def __call__(self, key, grid, *args, **constexprs):
         known = self.known.get(key)
@@ -104,18 +112,17 @@ class Launch:
             compiled = self.kernel[lambda meta: (grid(meta),)](*args, **constexprs)
             if not INTERPRET:
                 config = getattr(self.kernel, "best_config", None)  # the autotuner's choice for this key
-                every = {**constexprs, **(config.kwargs if config is not None else {})}
+                blocks = config.kwargs if config is not None else {}
+                every = {**constexprs, **blocks}
                 tail = tuple(every[name] for name in self.names[len(args) :])
-                self.known[key] = (compiled, config, tail)
+                # compiled.run is a property that loads the binary on first use: Triton's path just did
+                self.known[key] = (compiled.run, compiled.function, compiled.packed_metadata, config, blocks, tail)
             return
-        compiled, config, tail = known
+        run, function, packed_metadata, config, blocks, tail = known
         if config is not None:
             self.kernel.best_config = config  # what Triton's path would leave there (bench.chosen_config reads it)
-        programs = grid(config.kwargs if config is not None else {})
         stream = driver.active.get_current_stream(args[0].device.index)
-        compiled.run(
-            programs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args, *tail
-        )
+        run(grid(blocks), 1, 1, stream, function, packed_metadata, None, None, None, *args, *tail)
 
 
 @triton.jit
@@ -255,31 +262,58 @@ def _dot_precision(Q):
 
 def _as_sequences(t):
     """(..., N, D) -> contiguous (B*H, N, D) on a 16-byte boundary, as descriptors require."""
-    t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
+    t = t.flatten(0, -3).contiguous()  # a view of a contiguous t (t itself when 3-D); copies only if strided
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-def flash_forward(Q, K, V, is_causal):
-    """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
-    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
+def _flat(t):
+    """t itself where it already is what the kernels read (contiguous, on a 16-byte boundary): a
+    contiguous (..., N, D) tensor is (B*H, N, D) in memory, and a kernel sees only its address.
+    Otherwise _as_sequences' copy."""
+    return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else _as_sequences(t)
+
+
+# (Q.shape, K.shape, dtype, device, causal, GLUON) -> what flash_forward launches for such a call:
+# which kernel, the Launch key, the grid, the run-time arguments after the tensors, the constexprs,
+# the label and L's shape. All of it follows from those values alone (strides are _flat's business),
+# so a repeated call looks it up instead of working it out again.
+_plans = {}
+_MAX_PLANS = 4096  # shapes seen; past this many (lengths that keep changing), start again
+
+
+def _plan(Q, K, is_causal, gluon):
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    q, k, v = (_as_sequences(t) for t in (Q, K, V))
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    if GLUON and gluon_attention.supported(q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
-        n_programs = gluon_attention.programs(n_q, q.shape[0], d, q.device)
+    n_seqs = math.prod(Q.shape[:-2])
+    scale = d**-0.5
+    if gluon and gluon_attention.supported(Q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
+        n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device)
+        grid = lambda _: n_programs  # noqa: E731
+        key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
-        key = (q.device, q.dtype, d, is_causal)
-        _launch_fwd_gluon(key, lambda _: n_programs, q, k, v, o, lse, n_q, n_k, q.shape[0], d**-0.5, **meta)
-        _last_forward["label"] = gluon_attention.label(d)
-        return o.view(Q.shape), lse.view(Q.shape[:-1])
-    programs = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * q.shape[0]  # noqa: E731
+        return True, key, grid, (n_q, n_k, n_seqs, scale), meta, gluon_attention.label(d), tuple(Q.shape[:-1])
+    grid = lambda blocks: -(-n_q // blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    key = (q.device, q.dtype, d, is_causal, bucket)
-    _launch_fwd(key, programs, q, k, v, o, lse, n_q, n_k, q.shape[0], bucket, d**-0.5, **meta)
-    _last_forward["label"] = None
-    return o.view(Q.shape), lse.view(Q.shape[:-1])
+    key = (Q.device, Q.dtype, d, is_causal, bucket)
+    return False, key, grid, (n_q, n_k, n_seqs, bucket, scale), meta, None, tuple(Q.shape[:-1])
+
+
+def flash_forward(Q, K, V, is_causal):
+    """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd, or of the Gluon kernel."""
+    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
+    signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal, GLUON)
+    plan = _plans.get(signature)
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
+    gluon, key, grid, tail, meta, label, lse_shape = plan
+    q, k, v = _flat(Q), _flat(K), _flat(V)
+    o = torch.empty_like(q)
+    lse = q.new_empty(lse_shape, dtype=torch.float32)
+    (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
+    _last_forward["label"] = label
+    return (o if q is Q else o.view(Q.shape)), lse
 
 
 def forward_label():
@@ -579,7 +613,27 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
 
+def _records_a_graph(Q, K, V):
+    """Whether autograd.Function.apply would have anything to record or transform for this call: grad
+    mode on with an input that requires grad, a torch.func transform (vmap, grad, ...), or a forward-AD
+    level (which refuses a Function without jvp)."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (Q, K, V)):
+        return True
+    return torch._C._are_functorch_transforms_active() or getattr(forward_ad, "_current_level", -1) >= 0
+
+
 class FlashAttention(torch.autograd.Function):
+    @classmethod
+    def apply(cls, Q, K, V, is_causal=False):
+        """O. With no graph to record (inference: torch.no_grad, or no input requiring grad), the
+        forward's own two steps, check_inputs and flash_forward: autograd.Function's machinery (a
+        context object, its Python wrapper around the C++ apply) would cost more host time than
+        they do, for the same O. Otherwise autograd.Function.apply, and backward below."""
+        if _records_a_graph(Q, K, V):
+            return super().apply(Q, K, V, is_causal)
+        check_inputs(Q, K, V, is_causal, triton=True)
+        return flash_forward(Q, K, V, is_causal)[0]
+
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
