@@ -278,6 +278,15 @@ def test_part5_tables(tmp_path):
     assert "| D | causal | N | part 4 | 3 warpgroups, persistent | SDPA cuDNN |" in table
     assert "| 64 | yes | 8192 | 400 (0.90x) | 430 (0.97x) | 444 (1.00x) |" in table
 
+    write_csv(tmp_path / "part5_gluon_bwd.csv", [
+        dict(candidate=name, B=4, H=8, N=4096, D=128, dtype="bf16", causal=0, graph_tflops=t, speedup=x, check=c, **META)
+        for name, t, x, c in (("SDPA cuDNN", 500.0, 1.25, "checked by the benchmark"), ("part 4", 400.0, 1.0, "ok"),
+                              ("Gluon, one pass", 420.0, 1.05, "ok"), ("Gluon, no dQ (ablation)", 560.0, 1.4,
+                              "not checked: computes something else on purpose"))], gluon_study.BWD_FIELDS)  # fmt: skip
+    table = report.table_gluon_bwd(tmp_path)  # part 4 first, then in the CSV's order
+    assert "| D | causal | N | part 4 | SDPA cuDNN | Gluon, one pass | Gluon, no dQ (ablation) |" in table
+    assert "| 128 | no | 4096 | 400 (1.00x) | 500 (1.25x) | 420 (1.05x) | 560 (1.40x) |" in table
+
 
 def test_ncu_rows_from_a_run(monkeypatch):
     """ncu_rows on ncu's output (a stand-in process returns NCU_CSV): counters become rows with
