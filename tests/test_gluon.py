@@ -50,17 +50,23 @@ print(json.dumps(rows))
 """
 
 
+def _compiled_rows(script):
+    """The rows a compile script prints, run in a fresh process with Triton's compiler on (the
+    suite's own process may be under the interpreter)."""
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_gluon_kernel_compiles_for_hopper(part):
     """Compiled for sm_90 in a fresh process with the compiler on (Triton's compiler and ptxas run
     on the CPU): the loader and softmax warpgroups are there, and so are wgmma and 3-D TMA copies."""
-    pytest.importorskip("triton.experimental.gluon")
     from part5_profiling import gluon_attention
 
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", COMPILE], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    for row in json.loads(out.stdout.strip().splitlines()[-1]):
+    for row in _compiled_rows(COMPILE):
         warpgroups = gluon_attention.CONFIGS[row["d"]]["WARPGROUPS"]
         assert row["ws"], row
         assert row["warps"] == 4 * (warpgroups + 1), row  # the softmax warpgroups and the loader's, padded
@@ -143,12 +149,7 @@ print(json.dumps(rows))
 def test_gluon_backward_compiles_for_hopper(part):
     """The backward compiled for sm_90 on any machine: two warpgroups and the loader, wgmma, TMA
     loads, and dQ's TMA reduce-add (the one instruction whose Gluon wrapper Triton 3.6 lacks)."""
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", COMPILE_BWD], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    for row in json.loads(out.stdout.strip().splitlines()[-1]):
+    for row in _compiled_rows(COMPILE_BWD):
         assert row["ws"] and row["warps"] == 12, row  # two warpgroups and the loader's, padded to a warpgroup
         assert row["smem"] <= 227 * 1024, row
         assert row["wgmma"] > 0 and row["loads"] > 0 and row["adds"] > 0, row
