@@ -96,10 +96,14 @@ results: $(ENV)
 	$(PYTHON) -m part4_backward.dq_atomics
 	$(PYTHON) -m part4_backward.memory
 	$(PYTHON) -m part5_profiling.ceilings
-	$(PYTHON) -m part5_profiling.profile --part 1 --part 2 --part 3 --part 4 --sdpa flash --sdpa cudnn
+	$(PYTHON) -m part5_profiling.profile --part 1 --part 2 --part 3 --part 4 --part 5 --sdpa flash --sdpa cudnn
 	$(PYTHON) -m part5_profiling.stages
 	$(PYTHON) -m part5_profiling.launch_cost
 	$(PYTHON) -m part5_profiling.candidates
+	$(PYTHON) -m part5_profiling.candidates --backward
+	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.compiled
+	$(PYTHON) -m part5_profiling.gluon_study
+	$(PYTHON) -m part5_profiling.gluon_study --backward
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:
