@@ -226,10 +226,26 @@ BWD_FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "g
               "repeatable", "check", *results.PROVENANCE]  # fmt: skip
 
 
+def check_and_time_backward(backward, o, lse, q, k, v, do, causal, flops, checked=True):
+    """Row fields for one backward (a call -> dQ, dK, dV, from the forward's O and L): checked
+    against the float64 reference on dQ, dK and dV, with `repeatable` saying whether two calls give
+    dQ bit for bit, then timed by CUDA-graph replay if the check passed. checked=False: an ablation
+    that computes something else on purpose, timed as it is."""
+    dq, dk, dv = backward()
+    fields = dict(check="not checked: computes something else on purpose")
+    if checked:
+        report = bench.check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+        fields = dict(check=("ok " if report.ok else "FAIL ") + str(report),
+                      repeatable=int(torch.equal(backward()[0], dq)))  # fmt: skip
+        if not report.ok:
+            return fields
+    ms = bench.graph_time_ms(backward)
+    return dict(fields, graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+
+
 def run_backward(seq_lens, names=None, save=None):
     """Check and time part 4's backward and the named backward candidates: flash_backward alone from
-    the forward's O and L (CUDA-graph replay), checked on dQ, dK, dV first; `repeatable` says whether
-    two calls gave the same dQ bit for bit."""
+    the forward's O and L (check_and_time_backward)."""
     names = ["part 4", *(n for n in names or BWD_CANDIDATES if n != "part 4")]
     modules = {
         name: variants.load(PART, BWD_CANDIDATES[name], f"part5_bwd_candidate{i}") for i, name in enumerate(names)
@@ -237,23 +253,18 @@ def run_backward(seq_lens, names=None, save=None):
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
         base = None
+        flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
         for name, module in modules.items():
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
                 o, lse = module.flash_forward(q, k, v, causal)
                 backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal)
-                dq, dk, dv = backward()
-                report = bench.check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
-                row.update(check=("ok " if report.ok else "FAIL ") + str(report),
-                           repeatable=int(torch.equal(backward()[0], dq)))  # fmt: skip
-                if report.ok:
-                    ms = bench.graph_time_ms(backward)
-                    flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
+                row.update(check_and_time_backward(backward, o, lse, q, k, v, do, causal, flops))
+                if row.get("graph_ms"):
+                    ms = float(row["graph_ms"])
                     base = ms if name == "part 4" else base
                     config = triton_tools.chosen(module._attn_bwd_dkdv)
-                    row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}",
-                               speedup=f"{base / ms:.3f}" if base else "",
-                               config=bench.config_label(config))  # fmt: skip
+                    row.update(speedup=f"{base / ms:.3f}" if base else "", config=bench.config_label(config))
             except Exception as e:  # a variant the compiler refuses: say why, go on
                 row["check"] = f"error: {bench.why(e)}"
             rows.append(row)

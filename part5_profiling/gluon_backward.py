@@ -65,7 +65,6 @@ except ImportError:  # pragma: no cover
 KEYS = 64  # keys per warpgroup: one wgmma M
 BLOCK_N = 2 * KEYS  # keys per program
 BLOCK_M = 64  # queries per step
-COLS = 64  # columns per shared-memory chunk
 STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
@@ -73,7 +72,7 @@ REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, 
 # kernel faster than part 4's two. None yet: this version has not been checked and timed on the
 # GPU (results/h200/ has no part5_gluon_bwd.csv).
 ROUTE = set()
-# Ablations for gluon_bwd_study.py only (they compute something else on purpose): dQ's product and
+# Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
@@ -250,7 +249,7 @@ if HAVE_GLUON:
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
         bh = pid % N_SEQS
-        k_start = (pid // N_SEQS) * 128
+        k_start = (pid // N_SEQS) * 128  # BLOCK_N: two warpgroups of 64 keys
         if IS_CAUSAL:  # query tiles before the first that sees key k_start contribute nothing
             q_lo = k_start // BLOCK_M * BLOCK_M
             n_masked = gl.cdiv(gl.minimum(k_start + 128, N_QUERIES) - q_lo, BLOCK_M)

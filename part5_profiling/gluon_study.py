@@ -121,6 +121,7 @@ def gluon_backward(ablate):
 
 
 def run_backward(seq_lens, save=None):
+    from part5_profiling import candidates
     from part5_profiling import gluon_backward as gb
 
     part4 = parts.load(4)
@@ -137,16 +138,7 @@ def run_backward(seq_lens, save=None):
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
                 call = functools.partial(backward, q, k, v, o, lse, do, causal)
-                dq, dk, dv = call()
-                row["check"] = "not checked: computes something else on purpose"
-                if checked:
-                    out = {"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}
-                    report = bench.check_slices(out, q, k, v, causal, do)
-                    row.update(check=("ok " if report.ok else "FAIL ") + str(report),
-                               repeatable=int(torch.equal(call()[0], dq)))  # fmt: skip
-                if not checked or report.ok:
-                    ms = bench.graph_time_ms(call)
-                    row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+                row.update(candidates.check_and_time_backward(call, o, lse, q, k, v, do, causal, flops, checked))
             except Exception as e:  # a configuration the compiler refuses: say why, go on
                 row["check"] = f"error: {bench.why(e)}"
             shape_rows.append(row)

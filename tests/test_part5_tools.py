@@ -127,6 +127,26 @@ def test_compiled_needs_the_compiler(capsys):
     assert "TRITON_INTERPRET=0" in capsys.readouterr().out
 
 
+def test_check_and_time_backward(monkeypatch):
+    """The backward studies' shared step: right gradients are checked, tested for repeatable bits and
+    timed; wrong ones are not timed; an ablation is timed unchecked."""
+    from common import bench
+    from part5_profiling import candidates
+
+    monkeypatch.setattr(bench, "graph_time_ms", lambda fn: 2.0)
+    part = parts.load(4)
+    q, k, v, do = make_inputs(Shape((1, 2), 40, 56, 32), torch.float32, DEVICE, seed=8)
+    o, lse = part.flash_forward(q, k, v, True)
+    right = lambda: part.flash_backward(q, k, v, o, lse, do, True)  # noqa: E731
+    wrong = lambda: tuple(t * 2 for t in right())  # noqa: E731
+    row = candidates.check_and_time_backward(right, o, lse, q, k, v, do, True, flops=4e9)
+    assert row["check"].startswith("ok") and row["repeatable"] == 1 and row["graph_tflops"] == "2.0"
+    row = candidates.check_and_time_backward(wrong, o, lse, q, k, v, do, True, flops=4e9)
+    assert row["check"].startswith("FAIL") and "graph_ms" not in row
+    row = candidates.check_and_time_backward(wrong, o, lse, q, k, v, do, True, flops=4e9, checked=False)
+    assert row["check"].startswith("not checked") and row["graph_ms"] == "2.0000"
+
+
 def test_compiled_reads_a_binary_off_the_compiler():
     """One configuration of part 4's forward compiled for sm_90 in a fresh process with the compiler
     on (any machine: Triton's compiler and ptxas run on the CPU): it compiles, launches the warps it
