@@ -23,8 +23,9 @@ per tile pair where five would do. This kernel makes the five once:
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
-`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, empty until
-gluon_study.py --backward has run on this version) and keeps part 4's kernels for the rest.
+`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
+results/h200/part5_gluon_bwd.csv: only D = 128 non-causal, 1.03-1.04x) and keeps part 4's kernels for
+the rest.
 """
 
 import torch
@@ -71,7 +72,7 @@ REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, 
 # (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
 # kernel faster than part 4's two. None yet: this version has not been checked and timed on the
 # GPU (results/h200/ has no part5_gluon_bwd.csv).
-ROUTE = set()
+ROUTE = {(128, False)}
 # Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
