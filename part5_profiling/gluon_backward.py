@@ -70,8 +70,7 @@ STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 K
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
 # (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
-# kernel faster than part 4's two. None yet: this version has not been checked and timed on the
-# GPU (results/h200/ has no part5_gluon_bwd.csv).
+# kernel faster than part 4's two at every N (results/h200/part5_gluon_bwd.csv).
 ROUTE = {(128, False)}
 # Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
