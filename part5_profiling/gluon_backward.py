@@ -85,10 +85,11 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
-    def _bwd_load(Q, K, V, DO, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
-        """One warp: the program's K and V (once), then Q_i and dO_i, each as soon as its buffer is free."""
+    def _bwd_load(Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+        """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
+        each as soon as its buffer is free."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
+        k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
         q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], layout)
@@ -97,6 +98,11 @@ if HAVE_GLUON:
         )
         k_desc = tma.make_tensor_descriptor(K, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
         v_desc = tma.make_tensor_descriptor(V, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
+        # the row statistics, padded to whole query tiles: one flat float32 vector each
+        padded = gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M
+        flat: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+        l2_desc = tma.make_tensor_descriptor(L2, [N_SEQS * padded], [1], [BLOCK_M], flat)
+        delta_desc = tma.make_tensor_descriptor(DELTA, [N_SEQS * padded], [1], [BLOCK_M], flat)
         mbarrier.expect(kv_ready, 2 * 2 * 64 * D * 2)  # keys past N_KEYS arrive as zeros, and count
         for c in gl.static_range(CHUNKS):  # chunk c of warpgroup w's keys: buffer 2c + w
             for w in gl.static_range(2):
@@ -107,26 +113,28 @@ if HAVE_GLUON:
             phase = (i // STAGES) & 1
             q_start = q_lo + i * BLOCK_M
             mbarrier.wait(q_free.index(slot), phase ^ 1)
-            mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2)
+            mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
             for c in gl.static_range(CHUNKS):
                 tma_load(q_desc, [bh, q_start, c * 64], q_ready.index(slot),
                          q_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
+            tma_load(l2_desc, [bh * padded + q_start], q_ready.index(slot), l2_ring.index(slot))
             mbarrier.wait(do_free.index(slot), phase ^ 1)
-            mbarrier.expect(do_ready.index(slot), BLOCK_M * D * 2)
+            mbarrier.expect(do_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
             for c in gl.static_range(CHUNKS):
                 tma_load(do_desc, [bh, q_start, c * 64], do_ready.index(slot),
                          do_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
+            tma_load(delta_desc, [bh * padded + q_start], do_ready.index(slot), delta_ring.index(slot))
 
     @gluon.jit
     def _bwd_step(
-        i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+        i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
         WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
         MASKED: gl.constexpr, ABLATE: gl.constexpr,
     ):  # fmt: skip
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
+        k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
         CHUNKS: gl.constexpr = D // 64
         slot = i % STAGES
@@ -136,14 +144,14 @@ if HAVE_GLUON:
         s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
         q_start = q_lo + i * BLOCK_M
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-        stats = bh.to(gl.int64) * gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M + q_start  # padded rows: no mask
-        l_2 = gl.load(L2 + stats + cols)
+        stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
         mbarrier.wait(q_ready.index(slot), phase)
         s = warpgroup_mma(k_smem.index(WG), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
                           is_async=True)  # fmt: skip
         if CHUNKS == 2:
             s = warpgroup_mma(k_smem.index(2 + WG), q_ring.index(slot * 2 + 1).permute((1, 0)), s, is_async=True)
+        l_2 = l2_ring.index(slot).load(stat_layout)  # came with Q_i: shared memory, not global
         mbarrier.wait(do_ready.index(slot), phase)
         dp = warpgroup_mma(v_smem.index(WG), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
                            is_async=True)  # fmt: skip
@@ -157,7 +165,7 @@ if HAVE_GLUON:
         dv0 = warpgroup_mma(p16, do_ring.index(slot * CHUNKS), dv0, is_async=True)  # dV += P^T dO
         if CHUNKS == 2:
             dv1 = warpgroup_mma(p16, do_ring.index(slot * 2 + 1), dv1, is_async=True)
-        delta = gl.load(DELTA + stats + cols)
+        delta = delta_ring.index(slot).load(stat_layout)  # came with dO_i
         if CHUNKS == 2:  # all done: P^T's registers are free again
             dp, dv0, dv1 = warpgroup_mma_wait(0, deps=[dp, dv0, dv1])
         else:
@@ -212,7 +220,7 @@ if HAVE_GLUON:
     ):  # fmt: skip
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        DK, DV, DQ, L2, DELTA = pointers
+        DK, DV, DQ = pointers
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
         dk1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -222,12 +230,12 @@ if HAVE_GLUON:
         qk_scale = scale * 1.4426950408889634
         f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
         dq_desc = tma.make_tensor_descriptor(DQ, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], f32)
-        mbarrier.wait(loads[4], 0)  # kv_ready
+        mbarrier.wait(loads[6], 0)  # kv_ready
         for i in range(0, n_masked):
-            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
                                            WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True, ABLATE)  # fmt: skip
         for i in range(n_masked, n_q_tiles):
-            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, L2, DELTA, dq_desc, k_pos, qk_scale,
+            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
                                            WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False, ABLATE)  # fmt: skip
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
@@ -265,6 +273,9 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, 64, 64], layout)
         q_ring = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_M, 64], layout)
         do_ring = gl.allocate_shared_memory(dtype, [STAGES * CHUNKS, BLOCK_M, 64], layout)
+        flat: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+        l2_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], flat)  # L_i * log2(e), with Q_i
+        delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], flat)  # D_i, with dO_i
         ds_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M], layout)
         dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, BLOCK_M, 64], f32)
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -283,9 +294,9 @@ if HAVE_GLUON:
             mbarrier.init(q_free.index(i), count=2)
             mbarrier.init(do_free.index(i), count=2)
         sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
-        loads = (k_smem, v_smem, q_ring, do_ring, kv_ready, q_ready, q_free, do_ready, do_free)
+        loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
-        pointers = (DK, DV, DQ, L2, DELTA)
+        pointers = (DK, DV, DQ)
         gl.warp_specialize(
             [
                 (
@@ -296,7 +307,7 @@ if HAVE_GLUON:
                     _bwd_partition,
                     (pointers, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE),
                 ),
-                (_bwd_load, (Q, K, V, DO, sizes, loads, D, BLOCK_M, STAGES)),
+                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
             [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
