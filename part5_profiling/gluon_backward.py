@@ -88,7 +88,7 @@ if HAVE_GLUON:
     def _bwd_load(Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -111,7 +111,7 @@ if HAVE_GLUON:
         for i in range(n_q_tiles):
             slot = i % STAGES
             phase = (i // STAGES) & 1
-            q_start = q_lo + i * BLOCK_M
+            q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M  # rot: see _attn_bwd_ws
             mbarrier.wait(q_free.index(slot), phase ^ 1)
             mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
             for c in gl.static_range(CHUNKS):
@@ -133,7 +133,7 @@ if HAVE_GLUON:
     ):  # fmt: skip
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
         CHUNKS: gl.constexpr = D // 64
@@ -142,7 +142,7 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv0.type.layout, k_width=2)
         s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
-        q_start = q_lo + i * BLOCK_M
+        q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
@@ -219,7 +219,7 @@ if HAVE_GLUON:
         DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr,
     ):  # fmt: skip
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
         DK, DV, DQ = pointers
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -265,6 +265,14 @@ if HAVE_GLUON:
             q_lo = 0
             n_masked = 0
         n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
+        # Without a mask the order of the query tiles is free: program j of a sequence starts its
+        # walk j / (key blocks) of the way round, so that the programs of one sequence do not all
+        # add into the same dQ rows at the same time (measured: gluon_study.py --backward). Causal
+        # programs start on the diagonal, already apart.
+        if IS_CAUSAL:
+            rot = 0
+        else:
+            rot = (pid // N_SEQS) * n_q_tiles // gl.cdiv(N_KEYS, 128)
         n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
@@ -293,7 +301,7 @@ if HAVE_GLUON:
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_free.index(i), count=2)
             mbarrier.init(do_free.index(i), count=2)
-        sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
+        sizes = (bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS)
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
         pointers = (DK, DV, DQ)
