@@ -7,7 +7,9 @@ per tile pair where five would do. This kernel makes the five once:
 
 - a program holds 128 keys, 64 per warpgroup (two warpgroups), and one loader warp, in partitions
   of warps (gl.warp_specialize). The loader brings the program's K and V once, then Q_i and dO_i,
-  64 queries at a time, into a ring of STAGES buffers (mbarriers q_ready/q_free, do_ready/do_free);
+  64 queries at a time, into a ring of STAGES buffers (mbarriers q_ready/q_free, do_ready/do_free),
+  each with its row statistic (L_i * log2(e) with Q_i, D_i with dO_i): the warpgroups read those
+  from shared memory, not global memory, whose latency was their top stall;
 - each warpgroup, for its 64 keys: S^T = K Q_i^T and dP^T = V dO_i^T (wgmma, in flight together),
   P^T = exp2(S^T * scale * log2(e) - L_i * log2(e)), dV += P^T dO_i with P^T in registers as the
   A operand, dS^T = P^T (dP^T - D_i), dK += dS^T Q_i;
@@ -24,8 +26,7 @@ per tile pair where five would do. This kernel makes the five once:
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
 `flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
-results/h200/part5_gluon_bwd.csv: only D = 128 non-causal, 1.03-1.04x) and keeps part 4's kernels for
-the rest.
+results/h200/part5_gluon_bwd.csv: causal, at D = 64 and 128) and keeps part 4's kernels for the rest.
 """
 
 import torch
@@ -66,12 +67,12 @@ except ImportError:  # pragma: no cover
 KEYS = 64  # keys per warpgroup: one wgmma M
 BLOCK_N = 2 * KEYS  # keys per program
 BLOCK_M = 64  # queries per step
-STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB
+STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB, stats 1 KB
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
 # (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
 # kernel faster than part 4's two at every N (results/h200/part5_gluon_bwd.csv).
-ROUTE = {(128, False)}
+ROUTE = {(64, True), (128, True)}
 # Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
@@ -88,7 +89,7 @@ if HAVE_GLUON:
     def _bwd_load(Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -111,7 +112,7 @@ if HAVE_GLUON:
         for i in range(n_q_tiles):
             slot = i % STAGES
             phase = (i // STAGES) & 1
-            q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M  # rot: see _attn_bwd_ws
+            q_start = q_lo + i * BLOCK_M
             mbarrier.wait(q_free.index(slot), phase ^ 1)
             mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
             for c in gl.static_range(CHUNKS):
@@ -133,7 +134,7 @@ if HAVE_GLUON:
     ):  # fmt: skip
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
         CHUNKS: gl.constexpr = D // 64
@@ -142,7 +143,7 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv0.type.layout, k_width=2)
         s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
-        q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M
+        q_start = q_lo + i * BLOCK_M
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
@@ -219,7 +220,7 @@ if HAVE_GLUON:
         DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr,
     ):  # fmt: skip
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         DK, DV, DQ = pointers
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -265,14 +266,6 @@ if HAVE_GLUON:
             q_lo = 0
             n_masked = 0
         n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
-        # Without a mask the order of the query tiles is free: program j of a sequence starts its
-        # walk j / (key blocks) of the way round, so that the programs of one sequence do not all
-        # add into the same dQ rows at the same time (measured: gluon_study.py --backward). Causal
-        # programs start on the diagonal, already apart.
-        if IS_CAUSAL:
-            rot = 0
-        else:
-            rot = (pid // N_SEQS) * n_q_tiles // gl.cdiv(N_KEYS, 128)
         n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
@@ -301,7 +294,7 @@ if HAVE_GLUON:
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_free.index(i), count=2)
             mbarrier.init(do_free.index(i), count=2)
-        sizes = (bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS)
+        sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
         pointers = (DK, DV, DQ)
