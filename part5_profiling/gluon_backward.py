@@ -86,6 +86,19 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
+    def _load_tile(desc, stat_desc, ring, stat_ring, ready, free, slot, phase, bh, q_start, padded,
+                   D: gl.constexpr, BLOCK_M: gl.constexpr):  # fmt: skip
+        """Once buffer `slot` is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks and its row
+        statistic (L_i * log2(e) or D_i), all on one barrier."""
+        CHUNKS: gl.constexpr = D // 64
+        mbarrier.wait(free.index(slot), phase ^ 1)
+        mbarrier.expect(ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
+        for c in gl.static_range(CHUNKS):
+            chunk = ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64])
+            tma_load(desc, [bh, q_start, c * 64], ready.index(slot), chunk)
+        tma_load(stat_desc, [bh * padded + q_start], ready.index(slot), stat_ring.index(slot))
+
+    @gluon.jit
     def _bwd_load(Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
@@ -113,18 +126,9 @@ if HAVE_GLUON:
             slot = i % STAGES
             phase = (i // STAGES) & 1
             q_start = q_lo + i * BLOCK_M
-            mbarrier.wait(q_free.index(slot), phase ^ 1)
-            mbarrier.expect(q_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
-            for c in gl.static_range(CHUNKS):
-                tma_load(q_desc, [bh, q_start, c * 64], q_ready.index(slot),
-                         q_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
-            tma_load(l2_desc, [bh * padded + q_start], q_ready.index(slot), l2_ring.index(slot))
-            mbarrier.wait(do_free.index(slot), phase ^ 1)
-            mbarrier.expect(do_ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
-            for c in gl.static_range(CHUNKS):
-                tma_load(do_desc, [bh, q_start, c * 64], do_ready.index(slot),
-                         do_ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64]))  # fmt: skip
-            tma_load(delta_desc, [bh * padded + q_start], do_ready.index(slot), delta_ring.index(slot))
+            _load_tile(q_desc, l2_desc, q_ring, l2_ring, q_ready, q_free, slot, phase, bh, q_start, padded, D, BLOCK_M)
+            _load_tile(do_desc, delta_desc, do_ring, delta_ring, do_ready, do_free, slot, phase, bh, q_start, padded,
+                       D, BLOCK_M)  # fmt: skip
 
     @gluon.jit
     def _bwd_step(
