@@ -1,4 +1,4 @@
-"""Part 5: part 4's kernels, launched for less, and a Hopper forward in Gluon.
+"""Part 5: part 4's kernels, launched for less, and a Hopper forward and backward in Gluon.
 
 1. `Launch`. The profile (results/h200/part5_launch_cost.csv) says that below N = 4096 Python's
    time per call is longer than the GPU's, and that under cProfile a third of part 4's forward's
