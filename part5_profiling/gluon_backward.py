@@ -76,6 +76,14 @@ ROUTE = {(64, True), (128, True)}
 # Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+# The order of the programs (not yet measured: gluon_study.py --backward times all three). Part 5
+# runs SEQUENCE_MINOR: program p takes sequence p mod N_SEQS, so the programs running at once
+# touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's key blocks side
+# by side (its Q, dO and dQ can stay in L2 while they run); STAGGERED does that and, without a mask,
+# starts each program's walk over the query tiles at a different tile, so that they do not all add
+# into the same dQ rows at once.
+SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+ORDER = SEQUENCE_MINOR
 
 
 if HAVE_GLUON:
@@ -99,10 +107,23 @@ if HAVE_GLUON:
         tma_load(stat_desc, [bh * padded + q_start], ready.index(slot), stat_ring.index(slot))
 
     @gluon.jit
-    def _bwd_load(Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    def _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M: gl.constexpr, ORDER: gl.constexpr):
+        """The first row of a program's i-th query tile: in order from q_lo, or, with ORDER ==
+        STAGGERED (never causal), starting at tile rot and wrapping round."""
+        if ORDER == STAGGERED:
+            q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M
+        else:
+            q_start = q_lo + i * BLOCK_M
+        return q_start
+
+    @gluon.jit
+    def _bwd_load(
+        Q, K, V, DO, L2, DELTA, sizes, loads,
+        D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, ORDER: gl.constexpr,
+    ):  # fmt: skip
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -125,7 +146,7 @@ if HAVE_GLUON:
         for i in range(n_q_tiles):
             slot = i % STAGES
             phase = (i // STAGES) & 1
-            q_start = q_lo + i * BLOCK_M
+            q_start = _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M, ORDER)
             _load_tile(q_desc, l2_desc, q_ring, l2_ring, q_ready, q_free, slot, phase, bh, q_start, padded, D, BLOCK_M)
             _load_tile(do_desc, delta_desc, do_ring, delta_ring, do_ready, do_free, slot, phase, bh, q_start, padded,
                        D, BLOCK_M)  # fmt: skip
@@ -134,11 +155,11 @@ if HAVE_GLUON:
     def _bwd_step(
         i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
         WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-        MASKED: gl.constexpr, ABLATE: gl.constexpr,
+        MASKED: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
         CHUNKS: gl.constexpr = D // 64
@@ -147,7 +168,7 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv0.type.layout, k_width=2)
         s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
-        q_start = q_lo + i * BLOCK_M
+        q_start = _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M, ORDER)
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
@@ -219,13 +240,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_partition(
-        pointers, scale, n_masked, sizes, loads, exchange,
+        outs, scale, n_masked, sizes, loads, exchange,
         WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-        DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
-        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        DK, DV, DQ = pointers
+        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        DK, DV, DQ = outs
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
         dk1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -238,10 +259,10 @@ if HAVE_GLUON:
         mbarrier.wait(loads[6], 0)  # kv_ready
         for i in range(0, n_masked):
             dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True, ABLATE)  # fmt: skip
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True, ABLATE, ORDER)  # fmt: skip
         for i in range(n_masked, n_q_tiles):
             dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False, ABLATE)  # fmt: skip
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False, ABLATE, ORDER)  # fmt: skip
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
@@ -257,12 +278,18 @@ if HAVE_GLUON:
     def _attn_bwd_ws(
         Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, scale,
         D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ABLATE: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
-        bh = pid % N_SEQS
-        k_start = (pid // N_SEQS) * 128  # BLOCK_N: two warpgroups of 64 keys
+        n_key_blocks = gl.cdiv(N_KEYS, 128)
+        if ORDER == SEQUENCE_MINOR:  # programs side by side take different sequences
+            bh = pid % N_SEQS
+            key_block = pid // N_SEQS
+        else:  # programs side by side take one sequence's key blocks
+            bh = pid // n_key_blocks
+            key_block = pid % n_key_blocks
+        k_start = key_block * 128  # BLOCK_N: two warpgroups of 64 keys
         if IS_CAUSAL:  # query tiles before the first that sees key k_start contribute nothing
             q_lo = k_start // BLOCK_M * BLOCK_M
             n_masked = gl.cdiv(gl.minimum(k_start + 128, N_QUERIES) - q_lo, BLOCK_M)
@@ -271,6 +298,7 @@ if HAVE_GLUON:
             n_masked = 0
         n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
         n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
+        rot = key_block * n_q_tiles // n_key_blocks  # the first query tile, with ORDER == STAGGERED
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         dtype: gl.constexpr = Q.dtype.element_ty
@@ -298,21 +326,21 @@ if HAVE_GLUON:
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_free.index(i), count=2)
             mbarrier.init(do_free.index(i), count=2)
-        sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
+        sizes = (bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS)
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
-        pointers = (DK, DV, DQ)
+        outs = (DK, DV, DQ)
         gl.warp_specialize(
             [
                 (
                     _bwd_partition,
-                    (pointers, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE),
+                    (outs, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE, ORDER),
                 ),
                 (
                     _bwd_partition,
-                    (pointers, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE),
+                    (outs, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE, ORDER),
                 ),
-                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
+                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES, ORDER)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
             [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -367,10 +395,12 @@ def supported(q, is_causal, route=True):
     )
 
 
-def constexprs(d, is_causal, ablate=FULL):
-    """_attn_bwd_ws's compile-time arguments for head dim d."""
+def constexprs(d, is_causal, ablate=FULL, order=ORDER):
+    """_attn_bwd_ws's compile-time arguments for head dim d (STAGGERED is SEQUENCE_MAJOR when causal:
+    the causal walk starts on the diagonal)."""
+    order = SEQUENCE_MAJOR if is_causal and order == STAGGERED else order
     return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
-                REGISTERS=REGISTERS, ABLATE=ablate)  # fmt: skip
+                REGISTERS=REGISTERS, ABLATE=ablate, ORDER=order)  # fmt: skip
 
 
 def allocate(q, k):
@@ -383,7 +413,7 @@ def allocate(q, k):
     return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
 
 
-def launch(q, k, v, o, do, lse, is_causal, ablate=FULL):
+def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=ORDER):
     """dQ, dK, dV of (BH, N, D) contiguous tensors through Triton's own launch path (part 5's
     flash_backward launches the same kernels through its Launch): for studies."""
     n_seqs, n_q, d = q.shape
@@ -393,7 +423,7 @@ def launch(q, k, v, o, do, lse, is_causal, ablate=FULL):
     )
     grid = (triton.cdiv(k.shape[1], BLOCK_N) * n_seqs,)
     _attn_bwd_ws[grid](q, k, v, do, lse2, delta, dk, dv, dq32, n_q, k.shape[1], n_seqs, d**-0.5,
-                       **constexprs(d, is_causal, ablate))  # fmt: skip
+                       **constexprs(d, is_causal, ablate, order))  # fmt: skip
     dq = torch.empty_like(q)
     _dq_convert[(triton.cdiv(dq.numel(), CONVERT_BLOCK),)](dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
     return dq, dk, dv

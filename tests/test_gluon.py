@@ -132,16 +132,17 @@ from part5_profiling import gluon_backward as gb
 fn, rows = gb._attn_bwd_ws, []
 types = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DK="*bf16", DV="*bf16", DQ="*fp32", L2="*fp32",
              DELTA="*fp32", scale="fp32")
-for d in (64, 128):
-    for causal in (False, True):
-        cx = gb.constexprs(d, causal)
-        sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
-        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=4))
-        ptx = k.asm["ptx"]
-        rows.append(dict(d=d, causal=causal, warps=k.metadata.num_warps, smem=k.metadata.shared,
-                         ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
-                         loads=ptx.count("cp.async.bulk.tensor.3d"), adds=ptx.count("cp.reduce.async.bulk.tensor")))
+orders = [(d, causal, gb.ORDER) for d in (64, 128) for causal in (False, True)]
+orders += [(128, False, gb.STAGGERED), (64, True, gb.SEQUENCE_MAJOR)]  # the study's other orders
+for d, causal, order in orders:
+    cx = gb.constexprs(d, causal, order=order)
+    sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
+    k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4))
+    ptx = k.asm["ptx"]
+    rows.append(dict(d=d, causal=causal, order=int(order), warps=k.metadata.num_warps, smem=k.metadata.shared,
+                     ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
+                     loads=ptx.count("cp.async.bulk.tensor.3d"), adds=ptx.count("cp.reduce.async.bulk.tensor")))
 print(json.dumps(rows))
 """
 
@@ -160,11 +161,14 @@ BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape(
               Shape((3, 2), 1, 1, 128), Shape((4, 40), 300, 700, 128)]  # fmt: skip
 
 
-def _gluon_grads(part5, q, k, v, do, is_causal):
-    """O and L from part 5's forward, dQ, dK, dV from the Gluon backward (gluon_backward.launch)."""
+def _gluon_grads(part5, q, k, v, do, is_causal, order=None):
+    """O and L from part 5's forward, dQ, dK, dV from the Gluon backward (gluon_backward.launch),
+    its programs in `order` (the module's ORDER by default)."""
     o, lse = part5.flash_forward(q, k, v, is_causal)
     seqs = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k, v, o, do)]
-    dq, dk, dv = part5.gluon_backward.launch(*seqs, lse.reshape(seqs[0].shape[:-1]).contiguous(), is_causal)
+    order = part5.gluon_backward.ORDER if order is None else order
+    lse = lse.reshape(seqs[0].shape[:-1]).contiguous()
+    dq, dk, dv = part5.gluon_backward.launch(*seqs, lse, is_causal, order=order)
     return {"O": o, "L": lse, "dQ": dq.view(q.shape), "dK": dk.view(k.shape), "dV": dv.view(v.shape)}
 
 
@@ -199,3 +203,18 @@ def test_gluon_backward_routing(part, d, is_causal):
         assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal}")
         part5.flash_backward(q, k, v, out["O"], out["L"], do, is_causal)
         assert part5.backward_label() == ("gluon" if (d, is_causal) in part5.gluon_backward.ROUTE else "tl")
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("order", ["SEQUENCE_MAJOR", "STAGGERED"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gluon_backward_orders(part, d, is_causal, order):
+    """The programs in gluon_study.py's other orders compute the same gradients: ragged lengths,
+    N_q != N_k both ways, more key blocks than query tiles and the reverse."""
+    part5 = parts.load(part)
+    for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((3, 2), 1, 1, d)]):
+        q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=40 + i)
+        out = _gluon_grads(part5, q, k, v, do, is_causal, getattr(part5.gluon_backward, order))
+        assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal} {order}")
