@@ -17,9 +17,9 @@
    other call: float32, D = 16 and 32, other GPUs, and Triton's interpreter on the CPU.
 3. gluon_backward.py: dK, dV and dQ from one pass over the scores (five matrix products per tile
    pair instead of seven), dQ summed in float32 by TMA reduce-adds. flash_backward sends it the
-   calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward: the
-   causal ones, at D = 64 and 128, bf16 and fp16, on a Hopper GPU); part 4's two kernels below
-   keep the rest.
+   calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward: D = 64
+   and 128, causal and not, bf16 and fp16, on a Hopper GPU; its programs sequence-major without a
+   mask, sequence-minor when causal); part 4's two kernels below keep the rest.
 
 The kernels below are part 4's, unchanged.
 

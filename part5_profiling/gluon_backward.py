@@ -26,7 +26,8 @@ per tile pair where five would do. This kernel makes the five once:
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
 `flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
-results/h200/part5_gluon_bwd.csv: causal, at D = 64 and 128) and keeps part 4's kernels for the rest.
+results/h200/part5_gluon_bwd.csv: D = 64 and 128, causal and not, with the programs in ORDER) and
+keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the interpreter).
 """
 
 import torch
@@ -72,18 +73,20 @@ DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by T
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
 # (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
 # kernel faster than part 4's two at every N (results/h200/part5_gluon_bwd.csv).
-ROUTE = {(64, True), (128, True)}
+ROUTE = {(64, False), (64, True), (128, False), (128, True)}
 # Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
 # staging without the TMA add, or no dQ at all (dK and dV alone).
 FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-# The order of the programs (not yet measured: gluon_study.py --backward times all three). Part 5
-# runs SEQUENCE_MINOR: program p takes sequence p mod N_SEQS, so the programs running at once
-# touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's key blocks side
-# by side (its Q, dO and dQ can stay in L2 while they run); STAGGERED does that and, without a mask,
-# starts each program's walk over the query tiles at a different tile, so that they do not all add
-# into the same dQ rows at once.
+# The order of the programs. SEQUENCE_MINOR: program p takes sequence p mod N_SEQS, so the programs
+# running at once touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's
+# key blocks side by side, so its Q, dO and dQ can stay in L2 while they run; STAGGERED does that and,
+# without a mask, starts each program's walk over the query tiles at a different tile, so that they
+# do not all add into the same dQ rows at once. ORDER[is_causal] is part 5's, from gluon_study.py
+# --backward (results/h200/part5_gluon_bwd.csv): sequence-major without a mask, where it turned
+# sequence-minor's loss to part 4 at long N into a gain; sequence-minor when causal, where it
+# measured faster at most shapes; STAGGERED bought nothing over SEQUENCE_MAJOR.
 SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-ORDER = SEQUENCE_MINOR
+ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
 
 
 if HAVE_GLUON:
@@ -395,9 +398,10 @@ def supported(q, is_causal, route=True):
     )
 
 
-def constexprs(d, is_causal, ablate=FULL, order=ORDER):
-    """_attn_bwd_ws's compile-time arguments for head dim d (STAGGERED is SEQUENCE_MAJOR when causal:
-    the causal walk starts on the diagonal)."""
+def constexprs(d, is_causal, ablate=FULL, order=None):
+    """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (ORDER[is_causal]
+    by default; STAGGERED is SEQUENCE_MAJOR when causal: the causal walk starts on the diagonal)."""
+    order = ORDER[is_causal] if order is None else order
     order = SEQUENCE_MAJOR if is_causal and order == STAGGERED else order
     return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
                 REGISTERS=REGISTERS, ABLATE=ablate, ORDER=order)  # fmt: skip
@@ -413,7 +417,7 @@ def allocate(q, k):
     return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
 
 
-def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=ORDER):
+def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None):
     """dQ, dK, dV of (BH, N, D) contiguous tensors through Triton's own launch path (part 5's
     flash_backward launches the same kernels through its Launch): for studies."""
     n_seqs, n_q, d = q.shape

@@ -16,9 +16,10 @@ share the register file.
 The backward's rows time flash_backward alone, from the forward's O and L, by CUDA-graph replay:
 part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with dQ made and staged but not added
 into global memory, and with no dQ at all (the two ablations compute something else on purpose and
-are not checked), the Gluon kernel with its programs in the other two orders (gluon_backward.ORDER:
-sequence-major, and sequence-major with staggered starts, not causal), and SDPA cuDNN's backward (autograd's, from a retained graph, as the benchmark's
-bwd mode runs it). The backward counts 2.5 times the forward's FLOPs.
+are not checked), the Gluon kernel with its programs in the orders part 5 does not use for that
+call (gluon_backward.ORDER: sequence-minor without a mask, sequence-major when causal, and
+sequence-major with staggered starts, not causal), and SDPA cuDNN's backward (autograd's, from a
+retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5 times the forward's FLOPs.
 """
 
 import argparse
@@ -110,10 +111,8 @@ def run(seq_lens, save=None):
 
 def gluon_backward(ablate, order=None):
     """flash_backward(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the Gluon backward (its
-    programs in `order`, part 5's ORDER by default)."""
+    programs in `order`, part 5's ORDER[causal] by default)."""
     from part5_profiling import flash_attention, gluon_backward
-
-    order = gluon_backward.ORDER if order is None else order
 
     def backward(Q, K, V, O, L, dO, causal):
         q, k, v, o, do = (flash_attention._as_sequences(t) for t in (Q, K, V, O, dO))
@@ -133,8 +132,10 @@ def run_backward(seq_lens, save=None):
     calls = {"part 4": (part4.flash_backward, True), "Gluon, one pass": (gluon_backward(gb.FULL), True),
              "Gluon, dQ not added (ablation)": (gluon_backward(gb.NO_DQ_ADD), False),
              "Gluon, no dQ (ablation)": (gluon_backward(gb.NO_DQ), False),
+             "Gluon, sequence-minor": (gluon_backward(gb.FULL, gb.SEQUENCE_MINOR), True),
              "Gluon, sequence-major": (gluon_backward(gb.FULL, gb.SEQUENCE_MAJOR), True),
              "Gluon, sequence-major, staggered": (gluon_backward(gb.FULL, gb.STAGGERED), True)}  # fmt: skip
+    orders = {"Gluon, sequence-minor": gb.SEQUENCE_MINOR, "Gluon, sequence-major": gb.SEQUENCE_MAJOR}
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
         flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
@@ -142,6 +143,8 @@ def run_backward(seq_lens, save=None):
         shape_rows = []
         for name, (backward, checked) in calls.items():
             if causal and name.endswith("staggered"):  # a causal walk starts on the diagonal: no stagger
+                continue
+            if orders.get(name) == gb.ORDER[causal]:  # "Gluon, one pass" already runs in this order
                 continue
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
