@@ -19,7 +19,10 @@
    pair instead of seven), dQ summed in float32 by TMA reduce-adds. flash_backward sends it the
    calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward: D = 64
    and 128, causal and not, bf16 and fp16, on a Hopper GPU; its programs sequence-major without a
-   mask, sequence-minor when causal); part 4's two kernels below keep the rest.
+   mask, sequence-minor when causal); part 4's two kernels below keep the rest. Its dQ is a
+   float32 sum added in whatever order the programs arrive, so its last bits can change from call
+   to call; under torch.use_deterministic_algorithms(True) flash_backward runs part 4's kernels,
+   whose bits repeat.
 
 The kernels below are part 4's, unchanged.
 
@@ -588,7 +591,10 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
     n_seqs = q.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
-    if GLUON and not atomic_dq and gluon_backward.supported(q, is_causal):  # gluon_backward.ROUTE, on Hopper
+    # gluon_backward.ROUTE, on Hopper; its dQ sum's order varies, so not where PyTorch is asked for
+    # deterministic algorithms (part 4's kernels give the same bits on every call)
+    repeatable = torch.are_deterministic_algorithms_enabled()
+    if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(q, is_causal):
         dq, dk, dv = _gluon_backward(q, k, v, o, do, lse, is_causal)
         _last_backward["label"] = "gluon"
         return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)

@@ -1,5 +1,7 @@
 """Shared pieces of the test suite."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -24,6 +26,40 @@ def assert_report_ok(report, context):
     assert report.ok, f"{context}: {report}"
 
 
+@contextlib.contextmanager
+def deterministic_algorithms(on=True):
+    """torch.use_deterministic_algorithms(on) inside the block (warn_only: a PyTorch op without a
+    deterministic version warns instead of raising), as it was after."""
+    before, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn)
+
+
+def dq_reordered(module):
+    """Whether the module's last backward summed dQ in an order that can change from call to call:
+    part 5's Gluon backward adds each key block's float32 dQ share by TMA in whatever order the
+    programs arrive (part 4's kernels, and part 5's under torch.use_deterministic_algorithms, do not)."""
+    return getattr(module, "backward_label", lambda: None)() == "gluon"
+
+
+def assert_same(name, a, b, context, reordered=False):
+    """a and b bitwise equal; or, for a dQ whose float32 sum was reordered, equal up to that order.
+    The shares are the same numbers added in another order: the float32 sums differ by a few of
+    float32's ulps of the largest share (2^-14 of max |dQ| covers hundreds of key blocks), and
+    rounding to the 16-bit dtype can then move a value by one of its ulps (eps * |value|)."""
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{context}: {name} dtype or shape differs"
+    if not reordered:
+        assert torch.equal(a, b), f"{context}: {name} differs"
+        return
+    x, y = a.float(), b.float()
+    bound = torch.finfo(a.dtype).eps * torch.maximum(x.abs(), y.abs()) + 2**-14 * x.abs().max()
+    excess = ((x - y).abs() - bound).max().item()
+    assert excess <= 0, f"{context}: {name} differs by more than a reordered float32 sum (by {excess:.1e})"
+
+
 def mutant(part, tmp_path, name, replacements):
     """Part's flash_attention.py with each `old` replaced by `new` (each must occur once), imported."""
     source = parts.path(part).read_text()
@@ -46,4 +82,7 @@ __all__ = [
     "skip_unsupported",
     "assert_report_ok",
     "mutant",
+    "dq_reordered",
+    "assert_same",
+    "deterministic_algorithms",
 ]
