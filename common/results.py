@@ -92,8 +92,10 @@ def write_csv(path, rows, fields, key=None, sort=None):
 
 
 def failed_check(row):
-    """A row whose check did not pass (FAIL, or an error that stopped the measurement)."""
-    return not str(row.get("check", "")).startswith("ok")
+    """A row whose check did not pass (FAIL, or an error that stopped the measurement). Rows that
+    say why they are not checked (an ablation that computes something else on purpose, a baseline
+    that the benchmark checks) are not failures."""
+    return not str(row.get("check", "")).startswith(("ok", "not checked", "checked by"))
 
 
 def write_as_measured(filename, fields, run, failed=failed_check, key=None):
@@ -136,10 +138,10 @@ def provenance_line(rows, command):
     """The line under a table's title naming the GPU, versions, commits and dates of its rows, and
     the command that regenerates it."""
 
-    def each(column):
-        return ", ".join(sorted({r[column] for r in rows if r.get(column)}))
+    def each(column, chars=None):
+        return ", ".join(sorted({str(r[column])[:chars] for r in rows if r.get(column)}))
 
     return (
         f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
-        f"{each('date')[:10]}. Regenerate: `{command}`._"
+        f"{each('date', 10)}. Regenerate: `{command}`._"
     )

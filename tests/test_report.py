@@ -276,3 +276,19 @@ def test_write_as_measured_saves_each_shape_and_reports_failures(tmp_path, monke
     assert seen == [1] and [r["x"] for r in results.read_csv(tmp_path / "study.csv")] == [1, 2]
     assert "wrote 2 rows" in capsys.readouterr().out
     assert results.write_as_measured("study.csv", ["x", "check"], lambda save: [dict(x=3, check="ok")]) == 0
+    unchecked = [
+        dict(x=4, check="not checked: computes something else on purpose"),
+        dict(x=5, check="checked by the benchmark"),
+    ]
+    assert results.write_as_measured("study.csv", ["x", "check"], lambda save: unchecked) == 0
+    for check in ("error: out of memory", ""):  # an error, or no check at all
+        assert results.write_as_measured("study.csv", ["x", "check"], lambda save, c=check: [dict(x=6, check=c)]) == 1
+
+
+def test_provenance_line_names_every_commit_and_day():
+    from common import results
+
+    rows = [dict(gpu="G", torch="2", triton="3", commit=c, date=d)
+            for c, d in [("b", "2026-12-01T07:00:00Z"), ("a", "2026-11-30T20:00:00Z"), ("a", "2026-11-30T21:00:00Z")]]  # fmt: skip
+    line = results.provenance_line(rows, "make report")
+    assert line == "_G; torch 2; Triton 3; commit a, b; 2026-11-30, 2026-12-01. Regenerate: `make report`._"
