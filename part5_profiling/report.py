@@ -140,12 +140,23 @@ def table_gluon_bwd(gpu_dir):
     rows = read_csv(gpu_dir / "part5_gluon_bwd.csv")
     caption = ("Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
                "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
-               "something else on purpose: they say what dQ's product and its TMA add cost:")  # fmt: skip
-    return _candidates_table(rows, "python -m part5_profiling.gluon_study --backward", caption)
+               "something else on purpose: they say what dQ's product and its TMA add cost. \"Gluon, one pass\" is "
+               "part 5's kernel with its programs in part 5's order (sequence-major without a mask, sequence-minor "
+               "when causal); the order columns are the same kernel in the orders part 5 does not use for that call:")  # fmt: skip
+    first = [
+        "part 4",
+        "Gluon, one pass",
+        "Gluon, sequence-minor",
+        "Gluon, sequence-major",
+        "Gluon, sequence-major, staggered",
+    ]
+    return _candidates_table(rows, "python -m part5_profiling.gluon_study --backward", caption, first)
 
 
-def _candidates_table(rows, command, caption):
-    names = sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4")  # part 4 first
+def _candidates_table(rows, command, caption, first=("part 4",)):
+    """One column per candidate: those in `first` in that order, then the rest as they come."""
+    names = list(dict.fromkeys(r["candidate"] for r in rows))
+    names = [n for n in first if n in names] + [n for n in names if n not in first]
     index = {(r["candidate"], r["D"], r["causal"], r["N"]): r for r in rows}
     body = []
     for d, c in PANELS:
