@@ -250,8 +250,8 @@ def _attn_fwd(
 
 
 _launch_fwd = Launch(_attn_fwd)
-# The Gluon forward (gluon_attention.py) takes every call it supports; False: _attn_fwd takes them all
-# (a test that rewrites _attn_fwd's text sets it, so that the rewritten kernel is the one that runs).
+# The Gluon kernels (gluon_attention.py, gluon_backward.py) take every call they support; False: part 4's
+# tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
 _launch_fwd_gluon = Launch(gluon_attention._attn_fwd_ws) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}

@@ -27,7 +27,8 @@ Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
 `flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
 results/h200/part5_gluon_bwd.csv: D = 64 and 128, causal and not, with the programs in ORDER) and
-keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the interpreter).
+keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the interpreter,
+atomic_dq=True, and torch.use_deterministic_algorithms(True): this kernel's dQ bits vary).
 """
 
 import torch

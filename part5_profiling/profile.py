@@ -148,7 +148,8 @@ def cupti_rows(target, impl, pass_, d, causal):
 # ------------------------------------------------------------------------------------ compiler
 def triton_kernels(module):
     """The module's Triton kernels (jit functions, Gluon ones included, and autotuned wrappers), by
-    name, and those of the modules of its own package it imports (part 5's gluon_attention)."""
+    name, and those of the modules of its own package it imports (part 5's gluon_attention and
+    gluon_backward)."""
     from triton.runtime import Autotuner, JITFunction
 
     package = module.__name__.rpartition(".")[0] + "."

@@ -1,6 +1,7 @@
-"""Part 5's Gluon forward (part5_profiling/gluon_attention.py): where it runs, that it compiles for
-Hopper on any machine, and, on a Hopper GPU, the cases its persistent schedule adds to the rest of
-the suite (which already runs it: every bf16/fp16 call at D = 64 or 128 there goes to it)."""
+"""Part 5's Gluon kernels (part5_profiling/gluon_attention.py, gluon_backward.py): where they run,
+that they compile for Hopper on any machine, and, on a Hopper GPU, the cases their schedules add to
+the rest of the suite (which already runs them: every bf16/fp16 call at D = 64 or 128 there goes to
+them), and the backward in every program order."""
 
 import json
 import os
@@ -210,8 +211,8 @@ def test_gluon_backward_routing(part, d, is_causal):
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gluon_backward_orders(part, d, is_causal, order):
-    """The programs in gluon_study.py's other orders compute the same gradients: ragged lengths,
-    N_q != N_k both ways, more key blocks than query tiles and the reverse."""
+    """The programs in every order compute the same gradients (STAGGERED is SEQUENCE_MAJOR when
+    causal): ragged lengths, N_q != N_k both ways, more key blocks than query tiles and the reverse."""
     part5 = parts.load(part)
     for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((3, 2), 1, 1, d)]):
         q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=40 + i)
