@@ -562,21 +562,8 @@ _last_backward = {"label": None}
 
 def _gluon_backward(q, k, v, o, do, lse, is_causal):
     """dQ, dK, dV of (BH, N, D) tensors from gluon_backward.py's kernel, in three launches."""
-    n_seqs, n_q, d = q.shape
-    n_k = k.shape[1]
-    dk, dv, dq32, lse2, delta = gluon_backward.allocate(q, k)
-    programs = lambda _: triton.cdiv(n_q, gluon_backward.BLOCK_M) * n_seqs  # noqa: E731
-    _launch_bwd_prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs,
-                        D=d, BLOCK_M=gluon_backward.BLOCK_M)  # fmt: skip
-    programs = lambda _: triton.cdiv(n_k, gluon_backward.BLOCK_N) * n_seqs  # noqa: E731
-    meta = gluon_backward.constexprs(d, is_causal)
-    _launch_bwd_gluon((q.device, q.dtype, d, is_causal), programs, q, k, v, do, lse2, delta, dk, dv, dq32,
-                      n_q, n_k, n_seqs, d**-0.5, **meta)  # fmt: skip
-    dq = torch.empty_like(q)
-    programs = lambda _: triton.cdiv(dq.numel(), gluon_backward.CONVERT_BLOCK)  # noqa: E731
-    _launch_dq_convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5,
-                       BLOCK=gluon_backward.CONVERT_BLOCK)  # fmt: skip
-    return dq, dk, dv
+    launchers = (_launch_bwd_prepare, _launch_bwd_gluon, _launch_dq_convert)
+    return gluon_backward.launch(q, k, v, o, do, lse, is_causal, launchers=launchers)
 
 
 def backward_label():

@@ -418,17 +418,29 @@ def allocate(q, k):
     return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
 
 
-def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None):
-    """dQ, dK, dV of (BH, N, D) contiguous tensors through Triton's own launch path (part 5's
-    flash_backward launches the same kernels through its Launch): for studies."""
+def _triton_path(kernel):
+    """kernel as a launcher with Launch's call signature (key, grid, *args, **constexprs), through
+    Triton's own launch path (the key is not needed there)."""
+    return lambda key, grid, *args, **constexprs: kernel[lambda meta: (grid(meta),)](*args, **constexprs)
+
+
+def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=None):
+    """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
+    _dq_convert. launchers: the three as callables with the signature of part 5's Launch
+    (flash_backward passes its own, which skip Triton's per-call Python); None: Triton's own launch
+    path (the studies and tests)."""
+    prepare, main, convert = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws),
+                                           _triton_path(_dq_convert))  # fmt: skip
     n_seqs, n_q, d = q.shape
+    n_k = k.shape[1]
     dk, dv, dq32, lse2, delta = allocate(q, k)
-    _bwd_prepare[(triton.cdiv(n_q, BLOCK_M) * n_seqs,)](
-        o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M
-    )
-    grid = (triton.cdiv(k.shape[1], BLOCK_N) * n_seqs,)
-    _attn_bwd_ws[grid](q, k, v, do, lse2, delta, dk, dv, dq32, n_q, k.shape[1], n_seqs, d**-0.5,
-                       **constexprs(d, is_causal, ablate, order))  # fmt: skip
+    programs = lambda _: triton.cdiv(n_q, BLOCK_M) * n_seqs  # noqa: E731
+    prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M)
+    programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
+    meta = constexprs(d, is_causal, ablate, order)
+    key = (q.device, q.dtype, d, is_causal, int(meta["ABLATE"]), int(meta["ORDER"]))
+    main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, d**-0.5, **meta)
     dq = torch.empty_like(q)
-    _dq_convert[(triton.cdiv(dq.numel(), CONVERT_BLOCK),)](dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
+    programs = lambda _: triton.cdiv(dq.numel(), CONVERT_BLOCK)  # noqa: E731
+    convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
     return dq, dk, dv

@@ -157,6 +157,38 @@ def test_gluon_backward_compiles_for_hopper(part):
         assert row["wgmma"] > 0 and row["loads"] > 0 and row["adds"] > 0, row
 
 
+def test_gluon_backward_launch_around_the_kernel(part):
+    """gluon_backward.launch on any machine, its main kernel replaced by a stand-in that records its
+    call: _bwd_prepare writes D_i = rowsum(dO * O) and L * log2(e), zero past N_q up to a whole query
+    tile, and zeroes the float32 dQ; the main launcher gets the key part 5's Launch caches by and one
+    program per 128 keys and sequence; _dq_convert writes scale * dQ in the inputs' dtype."""
+    gb = parts.load(part).gluon_backward
+    n_seqs, n_q, n_k, d = 3, 70, 200, 64
+    g = torch.Generator().manual_seed(0)
+    q, o, do = (torch.randn(n_seqs, n_q, d, generator=g).half().to(DEVICE) for _ in range(3))
+    k, v = (torch.randn(n_seqs, n_k, d, generator=g).half().to(DEVICE) for _ in range(2))
+    lse = torch.randn(n_seqs, n_q, generator=g).to(DEVICE)
+    seen = {}
+
+    def main(key, grid, *args, **constexprs):
+        l2, delta, dq32 = args[4], args[5], args[8]
+        seen.update(key=key, programs=grid({}), l2=l2.clone(), delta=delta.clone(), dq32=dq32.clone(), meta=constexprs)
+        dq32.copy_(torch.linspace(-1, 1, dq32.numel(), device=dq32.device).view_as(dq32))
+
+    launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
+    dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
+    assert seen["key"] == (q.device, q.dtype, d, True, 0, int(gb.ORDER[True]))
+    assert seen["programs"] == 2 * n_seqs and seen["meta"]["IS_CAUSAL"] and seen["meta"]["D"] == d
+    assert torch.equal(seen["dq32"], torch.zeros_like(seen["dq32"]))
+    padded = -(-n_q // gb.BLOCK_M) * gb.BLOCK_M
+    delta, l2 = seen["delta"].view(n_seqs, padded), seen["l2"].view(n_seqs, padded)
+    torch.testing.assert_close(delta[:, :n_q], (do.float() * o.float()).sum(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(l2[:, :n_q], lse * 1.4426950408889634, rtol=1e-6, atol=0)
+    assert not delta[:, n_q:].any() and not l2[:, n_q:].any()
+    expected = (torch.linspace(-1, 1, dq.numel(), device=dq.device).view_as(dq) * d**-0.5).half()
+    assert torch.equal(dq, expected)
+
+
 # Ragged lengths, N_q != N_k both ways, one key tile, one query, more key tiles than SMs.
 BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape((1, 3), 1000, 64, 128),
               Shape((3, 2), 1, 1, 128), Shape((4, 40), 300, 700, 128)]  # fmt: skip

@@ -13,19 +13,17 @@ from tests.helpers import DEVICE, assert_same, dq_reordered, needs_gpu
 pytestmark = needs_gpu
 
 
-def _launchers(module):
-    gluon = [module._launch_fwd_gluon] if module._launch_fwd_gluon is not None else []
-    gluon_bwd = [module._launch_bwd_prepare, module._launch_bwd_gluon, module._launch_dq_convert]
-    gluon_bwd = gluon_bwd if module._launch_bwd_gluon is not None else []
-    tl_bwd = [module._launch_preprocess, module._launch_dkdv, module._launch_dq]
-    return [module._launch_fwd, *gluon, *tl_bwd, *gluon_bwd]
-
-
-def _backward_launchers(module):
-    """The backward's launchers for the last call: the Gluon kernel's three where it took it."""
-    if module.backward_label() == "gluon":
+def _backward_launchers(module, gluon):
+    """The backward's three launchers: the Gluon kernel's, or part 4's kernels'."""
+    if gluon:
         return [module._launch_bwd_prepare, module._launch_bwd_gluon, module._launch_dq_convert]
     return [module._launch_preprocess, module._launch_dkdv, module._launch_dq]
+
+
+def _launchers(module):
+    gluon = module._launch_fwd_gluon is not None, module._launch_bwd_gluon is not None
+    forward = [module._launch_fwd] + ([module._launch_fwd_gluon] if gluon[0] else [])
+    return forward + _backward_launchers(module, False) + (_backward_launchers(module, True) if gluon[1] else [])
 
 
 def _forward_launcher(module, q):
@@ -70,7 +68,7 @@ def test_fast_launch_gives_tritons_bits(part5, dtype, causal):
     expected = _run(part5, *large, causal)  # Triton's own path: the first call of the class
     _forget(part5)
     _run(part5, *small, causal)  # learns the class on the small shape
-    used = [_forward_launcher(part5, small[0]), *_backward_launchers(part5)]
+    used = [_forward_launcher(part5, small[0]), *_backward_launchers(part5, part5.backward_label() == "gluon")]
     assert all(launch.known for launch in used), "every kernel the call ran should now know the class"
     kernels = [launch.kernel for launch in _launchers(part5)]
     try:  # Triton's own path is now out of reach: the next call must not need it
