@@ -85,9 +85,13 @@ FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # do not all add into the same dQ rows at once. ORDER[is_causal] is part 5's, from gluon_study.py
 # --backward (results/h200/part5_gluon_bwd.csv): sequence-major without a mask, where it turned
 # sequence-minor's loss to part 4 at long N into a gain; sequence-minor when causal, where it
-# measured faster at most shapes; STAGGERED bought nothing over SEQUENCE_MAJOR.
-SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+# measured faster at most shapes; STAGGERED bought nothing over SEQUENCE_MAJOR. GROUPED takes the
+# sequences in groups whose Q, dO and float32 dQ fit in L2_BUDGET bytes together, and numbers each
+# group's programs key block by key block: the longest causal walks (the first key blocks) start
+# first, as in SEQUENCE_MINOR, and the rows they read and add to can stay in L2.
+SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED, GROUPED = (tl.constexpr(i) for i in range(4))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
+L2_BUDGET = 30 * 2**20  # bytes: a little over half the H200's 50 MiB L2
 
 
 if HAVE_GLUON:
@@ -278,9 +282,9 @@ if HAVE_GLUON:
             gl.store(DK + offs + 64, (dk1 * scale).to(DK.dtype.element_ty), mask=keep)
             gl.store(DV + offs + 64, dv1.to(DV.dtype.element_ty), mask=keep)
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS"])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
     def _attn_bwd_ws(
-        Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, scale,
+        Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, GROUP, scale,
         D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
         IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
@@ -290,6 +294,12 @@ if HAVE_GLUON:
         if ORDER == SEQUENCE_MINOR:  # programs side by side take different sequences
             bh = pid % N_SEQS
             key_block = pid // N_SEQS
+        elif ORDER == GROUPED:  # GROUP sequences side by side (fewer in the last group), key block by key block
+            first = pid // (GROUP * n_key_blocks) * GROUP
+            size = gl.minimum(GROUP, N_SEQS - first)
+            within = pid - first * n_key_blocks
+            bh = first + within % size
+            key_block = within // size
         else:  # programs side by side take one sequence's key blocks
             bh = pid // n_key_blocks
             key_block = pid % n_key_blocks
@@ -408,6 +418,12 @@ def constexprs(d, is_causal, ablate=FULL, order=None):
                 REGISTERS=REGISTERS, ABLATE=ablate, ORDER=order)  # fmt: skip
 
 
+def group_size(n_seqs, n_q, d, l2_budget=L2_BUDGET):
+    """How many sequences GROUPED puts side by side: as many as have Q and dO (bf16 or fp16) and
+    the float32 dQ sum, n_q * d * 8 bytes each, within l2_budget; at least one, at most n_seqs."""
+    return min(max(l2_budget // (n_q * d * 8), 1), n_seqs)
+
+
 def allocate(q, k):
     """The backward's outputs and scratch for (BH, N, D) q and k: dK, dV, the float32 dQ sum, and
     L * log2(e) and D_i with rows padded to whole query tiles."""
@@ -424,11 +440,11 @@ def _triton_path(kernel):
     return lambda key, grid, *args, **constexprs: kernel[lambda meta: (grid(meta),)](*args, **constexprs)
 
 
-def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=None):
+def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=None, l2_budget=L2_BUDGET):
     """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
     _dq_convert. launchers: the three as callables with the signature of part 5's Launch
     (flash_backward passes its own, which skip Triton's per-call Python); None: Triton's own launch
-    path (the studies and tests)."""
+    path (the studies and tests). l2_budget: what GROUPED fits a group of sequences in (group_size)."""
     prepare, main, convert = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws),
                                            _triton_path(_dq_convert))  # fmt: skip
     n_seqs, n_q, d = q.shape
@@ -439,7 +455,8 @@ def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=No
     programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
     meta = constexprs(d, is_causal, ablate, order)
     key = (q.device, q.dtype, d, is_causal, int(meta["ABLATE"]), int(meta["ORDER"]))
-    main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, d**-0.5, **meta)
+    group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
+    main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, group, d**-0.5, **meta)
     dq = torch.empty_like(q)
     programs = lambda _: triton.cdiv(dq.numel(), CONVERT_BLOCK)  # noqa: E731
     convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)

@@ -18,7 +18,8 @@ part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with dQ made and s
 into global memory, and with no dQ at all (the two ablations compute something else on purpose and
 are not checked), the Gluon kernel with its programs in the orders part 5 does not use for that
 call (gluon_backward.ORDER: sequence-minor without a mask, sequence-major when causal, and
-sequence-major with staggered starts, not causal), and SDPA cuDNN's backward (autograd's, from a
+sequence-major with staggered starts, not causal; and grouped, sequences side by side in groups
+that fit in L2, key block by key block), and SDPA cuDNN's backward (autograd's, from a
 retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5 times the forward's FLOPs.
 """
 
@@ -134,8 +135,13 @@ def run_backward(seq_lens, save=None):
              "Gluon, no dQ (ablation)": (gluon_backward(gb.NO_DQ), False),
              "Gluon, sequence-minor": (gluon_backward(gb.FULL, gb.SEQUENCE_MINOR), True),
              "Gluon, sequence-major": (gluon_backward(gb.FULL, gb.SEQUENCE_MAJOR), True),
-             "Gluon, sequence-major, staggered": (gluon_backward(gb.FULL, gb.STAGGERED), True)}  # fmt: skip
-    orders = {"Gluon, sequence-minor": gb.SEQUENCE_MINOR, "Gluon, sequence-major": gb.SEQUENCE_MAJOR}
+             "Gluon, sequence-major, staggered": (gluon_backward(gb.FULL, gb.STAGGERED), True),
+             "Gluon, grouped": (gluon_backward(gb.FULL, gb.GROUPED), True)}  # fmt: skip
+    orders = {
+        "Gluon, sequence-minor": gb.SEQUENCE_MINOR,
+        "Gluon, sequence-major": gb.SEQUENCE_MAJOR,
+        "Gluon, grouped": gb.GROUPED,
+    }
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
         flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")

@@ -149,6 +149,7 @@ def table_gluon_bwd(gpu_dir):
         "Gluon, sequence-minor",
         "Gluon, sequence-major",
         "Gluon, sequence-major, staggered",
+        "Gluon, grouped",
     ]
     return _candidates_table(rows, "python -m part5_profiling.gluon_study --backward", caption, first)
 

@@ -134,7 +134,8 @@ fn, rows = gb._attn_bwd_ws, []
 types = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DK="*bf16", DV="*bf16", DQ="*fp32", L2="*fp32",
              DELTA="*fp32", scale="fp32")
 orders = [(d, causal, gb.ORDER[causal]) for d in (64, 128) for causal in (False, True)]
-orders += [(128, False, gb.STAGGERED), (64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR)]  # the study's others
+orders += [(128, False, gb.STAGGERED), (64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR),
+           (128, True, gb.GROUPED)]  # the study's others
 for d, causal, order in orders:
     cx = gb.constexprs(d, causal, order=order)
     sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
@@ -172,12 +173,23 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
     def main(key, grid, *args, **constexprs):
         l2, delta, dq32 = args[4], args[5], args[8]
-        seen.update(key=key, programs=grid({}), l2=l2.clone(), delta=delta.clone(), dq32=dq32.clone(), meta=constexprs)
+        seen.update(
+            key=key,
+            programs=grid({}),
+            group=args[12],
+            l2=l2.clone(),
+            delta=delta.clone(),
+            dq32=dq32.clone(),
+            meta=constexprs,
+        )
         dq32.copy_(torch.linspace(-1, 1, dq32.numel(), device=dq32.device).view_as(dq32))
 
     launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
     dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
     assert seen["key"] == (q.device, q.dtype, d, True, 0, int(gb.ORDER[True]))
+    assert seen["group"] == gb.group_size(n_seqs, n_q, d) == n_seqs  # three short sequences: one group
+    mib = 2**20  # Q, dO and float32 dQ: 4 MiB a sequence at N = 4096, D = 128; 16 MiB at 16384
+    assert [gb.group_size(32, n, 128, 30 * mib) for n in (512, 4096, 16384)] == [32, 7, 1]
     assert seen["programs"] == 2 * n_seqs and seen["meta"]["IS_CAUSAL"] and seen["meta"]["D"] == d
     assert torch.equal(seen["dq32"], torch.zeros_like(seen["dq32"]))
     padded = -(-n_q // gb.BLOCK_M) * gb.BLOCK_M
@@ -194,13 +206,15 @@ BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape(
               Shape((3, 2), 1, 1, 128), Shape((4, 40), 300, 700, 128)]  # fmt: skip
 
 
-def _gluon_grads(part5, q, k, v, do, is_causal, order=None):
+def _gluon_grads(part5, q, k, v, do, is_causal, order=None, l2_budget=None):
     """O and L from part 5's forward, dQ, dK, dV from the Gluon backward (gluon_backward.launch),
-    its programs in `order` (the module's ORDER[is_causal] by default)."""
+    its programs in `order` (the module's ORDER[is_causal] by default), GROUPED's groups fitted
+    in l2_budget bytes (the module's L2_BUDGET by default)."""
     o, lse = part5.flash_forward(q, k, v, is_causal)
     seqs = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k, v, o, do)]
     lse_seqs = lse.reshape(seqs[0].shape[:-1]).contiguous()
-    dq, dk, dv = part5.gluon_backward.launch(*seqs, lse_seqs, is_causal, order=order)
+    budget = part5.gluon_backward.L2_BUDGET if l2_budget is None else l2_budget
+    dq, dk, dv = part5.gluon_backward.launch(*seqs, lse_seqs, is_causal, order=order, l2_budget=budget)
     return {"O": o, "L": lse, "dQ": dq.view(q.shape), "dK": dk.view(k.shape), "dV": dv.view(v.shape)}
 
 
@@ -239,14 +253,16 @@ def test_gluon_backward_routing(part, d, is_causal):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["SEQUENCE_MINOR", "SEQUENCE_MAJOR", "STAGGERED"])
+@pytest.mark.parametrize("order", ["SEQUENCE_MINOR", "SEQUENCE_MAJOR", "STAGGERED", "GROUPED"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gluon_backward_orders(part, d, is_causal, order):
     """The programs in every order compute the same gradients (STAGGERED is SEQUENCE_MAJOR when
-    causal): ragged lengths, N_q != N_k both ways, more key blocks than query tiles and the reverse."""
+    causal): ragged lengths, N_q != N_k both ways, more key blocks than query tiles and the reverse;
+    GROUPED with a budget of four sequences, so six make a full group and a smaller last one."""
     part5 = parts.load(part)
     for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((3, 2), 1, 1, d)]):
         q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=40 + i)
-        out = _gluon_grads(part5, q, k, v, do, is_causal, getattr(part5.gluon_backward, order))
+        budget = 4 * shape.n_q * d * 8  # group_size: four sequences
+        out = _gluon_grads(part5, q, k, v, do, is_causal, getattr(part5.gluon_backward, order), budget)
         assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal} {order}")
