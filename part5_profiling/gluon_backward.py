@@ -89,9 +89,17 @@ FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # sequences in groups whose Q, dO and float32 dQ fit in L2_BUDGET bytes together, and numbers each
 # group's programs key block by key block: the longest causal walks (the first key blocks) start
 # first, as in SEQUENCE_MINOR, and the rows they read and add to can stay in L2.
+# Causal from GROUPED_FROM queries on, GROUPED measured faster than SEQUENCE_MINOR (1-5%), and
+# slower below (at N = 4096, 3-10%: there, launching the longest walks first matters more).
 SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED, GROUPED = (tl.constexpr(i) for i in range(4))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
+GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: a little over half the H200's 50 MiB L2
+
+
+def default_order(is_causal, n_q):
+    """Part 5's order for a call: ORDER[is_causal], or GROUPED when causal with n_q >= GROUPED_FROM."""
+    return GROUPED if is_causal and n_q >= GROUPED_FROM else ORDER[is_causal]
 
 
 if HAVE_GLUON:
@@ -409,10 +417,11 @@ def supported(q, is_causal, route=True):
     )
 
 
-def constexprs(d, is_causal, ablate=FULL, order=None):
-    """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (ORDER[is_causal]
-    by default; STAGGERED is SEQUENCE_MAJOR when causal: the causal walk starts on the diagonal)."""
-    order = ORDER[is_causal] if order is None else order
+def constexprs(d, is_causal, ablate=FULL, order=None, n_q=0):
+    """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (by default
+    default_order(is_causal, n_q); STAGGERED is SEQUENCE_MAJOR when causal: the causal walk starts
+    on the diagonal)."""
+    order = default_order(is_causal, n_q) if order is None else order
     order = SEQUENCE_MAJOR if is_causal and order == STAGGERED else order
     return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
                 REGISTERS=REGISTERS, ABLATE=ablate, ORDER=order)  # fmt: skip
@@ -453,7 +462,7 @@ def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=No
     programs = lambda _: triton.cdiv(n_q, BLOCK_M) * n_seqs  # noqa: E731
     prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M)
     programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
-    meta = constexprs(d, is_causal, ablate, order)
+    meta = constexprs(d, is_causal, ablate, order, n_q)
     key = (q.device, q.dtype, d, is_causal, int(meta["ABLATE"]), int(meta["ORDER"]))
     group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
     main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, group, d**-0.5, **meta)

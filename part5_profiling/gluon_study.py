@@ -16,11 +16,12 @@ share the register file.
 The backward's rows time flash_backward alone, from the forward's O and L, by CUDA-graph replay:
 part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with dQ made and staged but not added
 into global memory, and with no dQ at all (the two ablations compute something else on purpose and
-are not checked), the Gluon kernel with its programs in the orders part 5 does not use for that
-call (gluon_backward.ORDER: sequence-minor without a mask, sequence-major when causal, and
-sequence-major with staggered starts, not causal; and grouped, sequences side by side in groups
-that fit in L2, key block by key block), and SDPA cuDNN's backward (autograd's, from a
-retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5 times the forward's FLOPs.
+are not checked), the Gluon kernel with its programs in each order part 5 does not take for that
+call (gluon_backward.default_order: sequence-major without a mask; causal, sequence-minor below
+N = 8192 and grouped from there, grouped meaning sequences side by side in groups that fit in L2,
+key block by key block; staggered starts only without a mask), and SDPA cuDNN's backward
+(autograd's, from a retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5
+times the forward's FLOPs.
 """
 
 import argparse
@@ -112,7 +113,7 @@ def run(seq_lens, save=None):
 
 def gluon_backward(ablate, order=None):
     """flash_backward(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the Gluon backward (its
-    programs in `order`, part 5's ORDER[causal] by default)."""
+    programs in `order`, part 5's default_order by default)."""
     from part5_profiling import flash_attention, gluon_backward
 
     def backward(Q, K, V, O, L, dO, causal):
@@ -150,7 +151,7 @@ def run_backward(seq_lens, save=None):
         for name, (backward, checked) in calls.items():
             if causal and name.endswith("staggered"):  # a causal walk starts on the diagonal: no stagger
                 continue
-            if orders.get(name) == gb.ORDER[causal]:  # "Gluon, one pass" already runs in this order
+            if orders.get(name) == gb.default_order(causal, n):  # "Gluon, one pass" already runs in this order
                 continue
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:

@@ -141,8 +141,9 @@ def table_gluon_bwd(gpu_dir):
     caption = ("Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
                "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
                "something else on purpose: they say what dQ's product and its TMA add cost. \"Gluon, one pass\" is "
-               "part 5's kernel with its programs in part 5's order (sequence-major without a mask, sequence-minor "
-               "when causal); the order columns are the same kernel in the orders part 5 does not use for that call:")  # fmt: skip
+               "part 5's kernel with its programs in part 5's order (sequence-major without a mask; causal, sequence-minor "
+               "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
+               "does not take for that call:")  # fmt: skip
     first = [
         "part 4",
         "Gluon, one pass",

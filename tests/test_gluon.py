@@ -186,7 +186,8 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
     launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
     dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
-    assert seen["key"] == (q.device, q.dtype, d, True, 0, int(gb.ORDER[True]))
+    assert seen["key"] == (q.device, q.dtype, d, True, 0, int(gb.default_order(True, n_q)))
+    assert gb.default_order(True, n_q) == gb.SEQUENCE_MINOR and gb.default_order(True, gb.GROUPED_FROM) == gb.GROUPED
     assert seen["group"] == gb.group_size(n_seqs, n_q, d) == n_seqs  # three short sequences: one group
     mib = 2**20  # Q, dO and float32 dQ: 4 MiB a sequence at N = 4096, D = 128; 16 MiB at 16384
     assert [gb.group_size(32, n, 128, 30 * mib) for n in (512, 4096, 16384)] == [32, 7, 1]
@@ -208,7 +209,7 @@ BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape(
 
 def _gluon_grads(part5, q, k, v, do, is_causal, order=None, l2_budget=None):
     """O and L from part 5's forward, dQ, dK, dV from the Gluon backward (gluon_backward.launch),
-    its programs in `order` (the module's ORDER[is_causal] by default), GROUPED's groups fitted
+    its programs in `order` (the module's default_order by default), GROUPED's groups fitted
     in l2_budget bytes (the module's L2_BUDGET by default)."""
     o, lse = part5.flash_forward(q, k, v, is_causal)
     seqs = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (q, k, v, o, do)]
