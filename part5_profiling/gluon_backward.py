@@ -26,7 +26,8 @@ per tile pair where five would do. This kernel makes the five once:
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
 `flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
-results/h200/part5_gluon_bwd.csv: D = 64 and 128, causal and not, with the programs in ORDER) and
+results/h200/part5_gluon_bwd.csv: D = 64 and 128, causal and not, with the programs in
+default_order's order) and
 keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the interpreter,
 atomic_dq=True, and torch.use_deterministic_algorithms(True): this kernel's dQ bits vary).
 """
@@ -82,14 +83,14 @@ FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # running at once touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's
 # key blocks side by side, so its Q, dO and dQ can stay in L2 while they run; STAGGERED does that and,
 # without a mask, starts each program's walk over the query tiles at a different tile, so that they
-# do not all add into the same dQ rows at once. ORDER[is_causal] is part 5's, from gluon_study.py
-# --backward (results/h200/part5_gluon_bwd.csv): sequence-major without a mask, where it turned
-# sequence-minor's loss to part 4 at long N into a gain; sequence-minor when causal, where it
-# measured faster at most shapes; STAGGERED bought nothing over SEQUENCE_MAJOR. GROUPED takes the
+# do not all add into the same dQ rows at once. ORDER[is_causal] is part 5's below GROUPED_FROM,
+# from gluon_study.py --backward (results/h200/part5_gluon_bwd.csv): sequence-major without a mask,
+# where it turned sequence-minor's loss to part 4 at long N into a gain; sequence-minor when causal,
+# where it measured faster at N = 4096; STAGGERED bought nothing over SEQUENCE_MAJOR. GROUPED takes the
 # sequences in groups whose Q, dO and float32 dQ fit in L2_BUDGET bytes together, and numbers each
 # group's programs key block by key block: the longest causal walks (the first key blocks) start
 # first, as in SEQUENCE_MINOR, and the rows they read and add to can stay in L2.
-# Causal from GROUPED_FROM queries on, GROUPED measured faster than SEQUENCE_MINOR (1-5%), and
+# Causal from GROUPED_FROM queries on, GROUPED measured faster than SEQUENCE_MINOR (1-9%), and
 # slower below (at N = 4096, 3-10%: there, launching the longest walks first matters more).
 SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED, GROUPED = (tl.constexpr(i) for i in range(4))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
