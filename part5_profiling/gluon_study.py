@@ -190,7 +190,8 @@ def main(argv=None):
     from part5_profiling import gluon_attention
 
     if not gluon_attention.supported(torch.empty(1, 1, 64, dtype=torch.bfloat16, device=runtime.DEVICE)):
-        print("The Gluon forward runs on a Hopper GPU (sm_90) with Triton's compiler: nothing to time here.")
+        which = "backward" if args.backward else "forward"
+        print(f"The Gluon {which} runs on a Hopper GPU (sm_90) with Triton's compiler: nothing to time here.")
         return 0
     if args.backward:
         run_them = lambda save: run_backward(args.n or SEQ_LENS, save)  # noqa: E731
