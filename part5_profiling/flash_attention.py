@@ -19,9 +19,9 @@
    pair instead of seven), dQ summed in float32 by TMA reduce-adds. flash_backward sends it the
    calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward: D = 64
    and 128, causal and not, bf16 and fp16, on a Hopper GPU; its programs sequence-major without a
-   mask; causal, sequence-minor below N = 8192, grouped to fit L2 from there); part 4's two kernels below keep the rest. Its dQ is a
-   float32 sum added in whatever order the programs arrive, so its last bits can change from call
-   to call; under torch.use_deterministic_algorithms(True) flash_backward runs part 4's kernels,
+   mask; causal, sequence-minor below N = 8192, grouped to fit L2 from there); part 4's two
+   kernels below keep the rest. Its dQ is a float32 sum added in whatever order the programs
+   arrive, so its last bits can change from call to call; under torch.use_deterministic_algorithms(True) flash_backward runs part 4's kernels,
    whose bits repeat.
 
 The kernels below are part 4's, unchanged.
