@@ -1,26 +1,30 @@
 # A thin facade: every target is one `python -m ...` line, so everything also works without make.
-#   make test PART=1      make bench PART=1      make diff PART=2      make notebook PART=0
-# By default a virtual environment is made in .venv on first use (from requirements.txt).
-# With torch and Triton already installed, use that Python as it is:  make test PYTHON=python3
+#   make install      make test PART=1      make bench PART=1      make diff PART=2      make notebook PART=0
+# `make install` makes a virtual environment in .venv (python -m common.install first picks torch's
+# CPU build on a machine without a GPU), then pip install -e ".[dev]". Every other target installs
+# first if .venv is not there. With torch and Triton already installed, use that Python as it is:
+#   make test PYTHON=python3
 
 PART ?=
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 PART_ARG = $(if $(PART),--part $(PART),)
 FOLDER = $(firstword $(wildcard part$(PART)_*))
+STEP_ARG = $(if $(STEP),--step $(STEP),)
 
 # Only the default PYTHON needs the virtual environment built.
 ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: test bench report diff profile notebook notebook-part sweep autotune lint results clean help
+.PHONY: install test bench report diff profile notebook notebook-part sweep autotune lint results clean help
 
 help:
+	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
 	@echo "make report [GPU=h200]  plots and README tables from the CSVs in results/<gpu>/ (default h200)"
-	@echo "make diff PART=N        what part N changes in part N-1's kernel"
+	@echo "make diff PART=N        what part N changes in part N-1's kernel (part 3: STEP=1..5, one idea at a time)"
 	@echo "make profile PART=N     part N's kernels: GPU time, compiler resources, hardware counters where ncu can (GPU)"
 	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"
 	@echo "make sweep              part 2's tile/warp/stage sweep (GPU)"
@@ -28,24 +32,13 @@ help:
 	@echo "make results [GPU=...]  every GPU measurement behind the READMEs, then the report from results/<GPU>/"
 	@echo "make lint | clean"
 
-# On Linux without an NVIDIA GPU (no nvidia-smi), and only if the venv has no torch yet (CI pins one
-# first), torch comes from PyTorch's CPU index: the default index gives Linux the CUDA build, a
-# venv of 5.7 GB instead of 2.2 GB (du -sh .venv; README). --isolated: that index alone, not the
-# extra indexes of a pip configuration; --retries 0 and --timeout: an unreachable index fails in
-# seconds, and the default index takes over. With a GPU nothing changes. The .pth file puts the
-# repository on the venv's path (as an editable install would): `common` imports from any folder.
-TORCH_CPU_INDEX = https://download.pytorch.org/whl/cpu
+install: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
-	python3 -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --upgrade pip
-	@if [ "$$(uname -s)" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1 && ! $(VENV)/bin/python -c "import torch" 2>/dev/null; then \
-	  echo "No NVIDIA GPU (no nvidia-smi): installing torch's CPU build from $(TORCH_CPU_INDEX) (about 0.2 GB to download; .venv ends near 2.2 GB instead of 5.7 GB)"; \
-	  $(VENV)/bin/python -m pip --isolated install --timeout 15 --retries 0 --index-url $(TORCH_CPU_INDEX) torch || \
-	  echo "Could not install torch from $(TORCH_CPU_INDEX): taking it from the default index instead, which on Linux is the CUDA build (.venv near 5.7 GB). To avoid that, stop here (Ctrl-C), install a CPU build of torch into $(VENV), and run make again."; \
-	fi
-	$(VENV)/bin/python -m pip install -r requirements.txt
-	$(VENV)/bin/python -c "import pathlib, site; pathlib.Path(site.getsitepackages()[0], 'flash_attention_tutorial.pth').write_text('$(CURDIR)\n')"
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m common.install
+	$(VENV)/bin/python -m pip install -e ".[dev]"
 	touch $@
 
 test: $(ENV)
@@ -59,10 +52,10 @@ report: $(ENV)
 
 profile: $(ENV)
 	@test -n "$(PART)" || { echo "usage: make profile PART=N"; exit 2; }
-	$(PYTHON) -m part5_profiling.profile --part $(PART)
+	$(PYTHON) -m part5_profiling.tools.profile --part $(PART)
 
 diff:
-	@python3 -m common.diff $(PART_ARG)
+	@python3 -m common.diff $(PART_ARG) $(STEP_ARG)
 
 # A notebook with the standard "python3" kernel; RUN=1 executes it, from the repository root (so
 # `common` imports), writes the outputs into it and fails at the first cell that raises.
@@ -95,15 +88,15 @@ results: $(ENV)
 	$(PYTHON) -m part3_inner_loop.launch_order
 	$(PYTHON) -m part4_backward.dq_atomics
 	$(PYTHON) -m part4_backward.memory
-	$(PYTHON) -m part5_profiling.ceilings
-	$(PYTHON) -m part5_profiling.profile --part 1 --part 2 --part 3 --part 4 --part 5 --sdpa flash --sdpa cudnn
-	$(PYTHON) -m part5_profiling.stages
-	$(PYTHON) -m part5_profiling.launch_cost
-	$(PYTHON) -m part5_profiling.candidates
-	$(PYTHON) -m part5_profiling.candidates --backward
-	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.compiled
-	$(PYTHON) -m part5_profiling.gluon_study
-	$(PYTHON) -m part5_profiling.gluon_study --backward
+	$(PYTHON) -m part5_profiling.tools.ceilings
+	$(PYTHON) -m part5_profiling.tools.profile --part 1 --part 2 --part 3 --part 4 --part 5 --sdpa flash --sdpa cudnn
+	$(PYTHON) -m part5_profiling.tools.stages
+	$(PYTHON) -m part5_profiling.tools.launch_cost
+	$(PYTHON) -m part5_profiling.tools.candidates
+	$(PYTHON) -m part5_profiling.tools.candidates --backward
+	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.compiled
+	$(PYTHON) -m part5_profiling.tools.gluon_study
+	$(PYTHON) -m part5_profiling.tools.gluon_study --backward
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

@@ -1,9 +1,12 @@
 """What part N changes in part N-1: the lesson of part N, as a unified diff.
 
-    python -m common.diff --part 2        (or: make diff PART=2)
+    python -m common.diff --part 2            (or: make diff PART=2)
+    python -m common.diff --part 3 --step 2   (or: make diff PART=3 STEP=2): one idea of part 3's
 
 Only the kernel file is compared line by line; files a part adds (a sweep script, a profiler)
-are listed. Needs nothing beyond the Python standard library.
+are listed. A part that makes several changes at once keeps them as one patch each in its steps/
+folder, applied in order to the part before's kernel: --step N prints the N-th. Needs nothing
+beyond the Python standard library.
 """
 
 import argparse
@@ -16,7 +19,9 @@ from common import ROOT, parts
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, required=False)
-    n = ap.parse_args(argv).part
+    ap.add_argument("--step", type=int, help="the part's N-th change alone (a part with a steps/ folder)")
+    args = ap.parse_args(argv)
+    n = args.part
     numbers = list(parts.folders())
     if n is None or n not in numbers or n - 1 not in numbers:
         print(
@@ -28,6 +33,14 @@ def main(argv=None):
         print(f"part {missing[0]} ({parts.folder(missing[0]).name}) has no kernel yet, so there is nothing to diff; "
               "its README.md says what is coming")  # fmt: skip
         return 2
+    steps = sorted((parts.folder(n) / "steps").glob("*.diff"))
+    if args.step is not None:
+        if not 1 <= args.step <= len(steps):
+            which = f"1..{len(steps)}" if steps else "none: it makes one change"
+            print(f"part {n} has no step {args.step}; its steps: {which}")
+            return 2
+        sys.stdout.write(steps[args.step - 1].read_text())
+        return 0
     old, new = parts.folder(n - 1), parts.folder(n)
     a, b = parts.path(n - 1), parts.path(n)
     diff = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
@@ -43,6 +56,9 @@ def main(argv=None):
     )
     if added:
         print(f"\nPart {n} also adds: {', '.join(added)}")
+    if steps:
+        names = ", ".join(f"{i} {p.stem.split('_', 1)[-1].replace('_', ' ')}" for i, p in enumerate(steps, 1))
+        print(f"Part {n} makes {len(steps)} changes; one at a time: make diff PART={n} STEP=N ({names})")
     return 0
 
 

@@ -4,6 +4,15 @@ Parts never import each other; everything that compares parts (tests, benchmark,
 goes through here. Finding parts needs only the standard library (`make diff` uses it without
 torch); loading one imports common.runtime first, so a machine without a GPU runs the Triton
 parts under the interpreter.
+
+What common/ reads of a part is its interface, in its flash_attention.py, and nothing else:
+
+- FlashAttention (the autograd.Function), flash_attention (the same as a torch.library op),
+  flash_forward(Q, K, V, is_causal) -> (O, L), flash_backward(Q, K, V, O, L, dO, is_causal);
+- its backward: either common.backward.flash_backward, imported (parts 0-3: the tiled PyTorch
+  backward), or kernels of its own (pytorch_backward() below tells which);
+- optionally forward_config() -> str: what the last forward ran, as the benchmark's tables name
+  it ("128x64 w4 s3"); a part without one is reported with an empty config.
 """
 
 import importlib
@@ -54,6 +63,19 @@ def require(numbers):
         what = "has no kernel yet (its README says what is coming)" if planned else "does not exist"
         raise ValueError(f"part {', '.join(map(str, missing))} {what}; parts with a kernel: {available()}")
     return list(numbers)
+
+
+def pytorch_backward(module):
+    """Whether a loaded part's backward is the tiled PyTorch one that parts 0-3 share (common/backward.py)."""
+    from common import backward
+
+    return module.flash_backward is backward.flash_backward
+
+
+def forward_config(module):
+    """What a loaded part's last forward ran, by its own forward_config(); "" for a part without one."""
+    config = getattr(module, "forward_config", None)
+    return "" if config is None else config() or ""
 
 
 def load(n):

@@ -11,8 +11,9 @@ Re-running replaces each block with a table built from the CSVs, so a number in 
 typed by hand. The tables that read only bench.csv are here: `overview`, and for every part N
 `partN` (its forward against the part before and SDPA), `partN-graph` (do_bench against CUDA-graph
 replay) and `partN-causal` (milliseconds with and without the mask). Everything else belongs to a
-part: a part folder with a report.py gives its TABLES (marker name -> function(gpu_dir) -> markdown)
-and, if it draws figures from its CSVs, draw(gpu_dir) -> the files it wrote. Marker names are
+part: a part folder with a report.py (at its top, or in its tools/ subfolder with the studies it
+reports) gives its TABLES (marker name -> function(gpu_dir) -> markdown) and, if it draws figures
+from its CSVs, draw(gpu_dir) -> the files it wrote. Marker names are
 global, so two tables with one name are an error, and so is a marker no table has.
 """
 
@@ -24,8 +25,9 @@ import sys
 from pathlib import Path
 
 from common import ROOT, parts, results
-from common.bench import FLEX, SDPA_BACKENDS, attention_flops, impl_label
+from common.impls import FLEX, SDPA_BACKENDS, impl_label
 from common.results import markdown_table, provenance_line, read_csv
+from common.timing import attention_flops
 
 MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
 PANELS = [(64, 0), (64, 1), (128, 0), (128, 1)]  # (D, causal): the benchmark's four groups
@@ -217,10 +219,18 @@ def table_graph(gpu_dir, part):
 
 
 # ------------------------------------------------------------------------------------ the READMEs
+REPORT_MODULES = ("report", "tools.report")  # where a part keeps its report module, inside its folder
+
+
 def part_reports():
-    """Each part's own report module (part<N>_<topic>/report.py), in part order."""
-    found = [f for f in parts.folders().values() if (f / "report.py").exists()]
-    return [importlib.import_module(f"{folder.name}.report") for folder in found]
+    """Each part's own report module (part<N>_<topic>/report.py or part<N>_<topic>/tools/report.py), in
+    part order."""
+    found = []
+    for folder in parts.folders().values():
+        for name in REPORT_MODULES:
+            if (folder / (name.replace(".", "/") + ".py")).exists():
+                found.append(importlib.import_module(f"{folder.name}.{name}"))
+    return found
 
 
 def all_tables(reports):

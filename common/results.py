@@ -91,6 +91,12 @@ def write_csv(path, rows, fields, key=None, sort=None):
     return path
 
 
+def why(e):
+    """An exception in one line for a CSV cell: its type and the first line of its message (which may be empty)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:120]}" if lines else type(e).__name__
+
+
 def failed_check(row):
     """A row whose check did not pass (FAIL, or an error that stopped the measurement). Rows that
     say why they are not checked (an ablation that computes something else on purpose, a baseline

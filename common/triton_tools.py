@@ -2,18 +2,21 @@
 
 A sweep has to compile one configuration without running it, read what the compiler allocated
 (registers, spills, shared memory) and learn whether it can run at all; the autotune-cost script
-has to ask the autotuner what it chose and how many configurations it timed. Triton has no public
-API for these, so each function below says what it touches and how the Triton versions that meet
+has to ask the autotuner what it chose and how many configurations it timed; part 5's host path
+(part5_profiling/fast_launch.py) launches a compiled kernel without Triton's per-call Python.
+Triton has no public API for these, so each function below says what it touches and how the Triton versions that meet
 this code behave: 3.6 (the GPU machine), 3.8 and 3.9 (fresh installs). Nothing here works in the
 interpreter, which compiles nothing; importing this module is safe everywhere.
 """
 
 # Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
 from common import runtime  # noqa: F401, I001
+from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
 __all__ = ["OutOfResources", "jit_function", "compile_only", "shared_memory", "load", "device_properties", "chosen",
-           "timed_configs", "launched", "resources"]  # fmt: skip
+           "config_label", "chosen_label", "timed_configs", "launched", "resources", "launch_hooked",
+           "direct_launcher"]  # fmt: skip
 
 
 def jit_function(kernel):
@@ -60,6 +63,17 @@ def chosen(kernel):
     return getattr(kernel, "best_config", None)
 
 
+def config_label(config):
+    """A triton.Config of a tiled kernel as the tables write it: '128x64 w4 s3'."""
+    return f"{config.kwargs['BLOCK_M']}x{config.kwargs['BLOCK_N']} w{config.num_warps} s{config.num_stages}"
+
+
+def chosen_label(kernel):
+    """config_label of what an @triton.autotune kernel chose for its last call; "" before its first."""
+    config = chosen(kernel)
+    return "" if config is None else config_label(config)
+
+
 def timed_configs(tuner, call):
     """Run call() and return how many configurations the autotuner `tuner` timed during it: all that
     survived pruning for a new key, 0 when the key was seen before.
@@ -76,7 +90,8 @@ def timed_configs(tuner, call):
 def launched(kernels, call):
     """Run call() and return [(kernel name, compiled kernel)] for every launch of `kernels` (jit or
     autotuned kernels) during it, in order. Call it on a warm call: while the autotuner benchmarks
-    a new key, every configuration it times is a launch too.
+    a new key, every configuration it times is a launch too. A launch hook is set meanwhile, so a
+    fast path that skips Triton's launch path while none is set (part 5's) goes through it.
     3.6 to 3.9: JITFunction.run compiles or finds the kernel, launches it and returns the
     CompiledKernel; the autotuner calls the jit function's run, so an instance attribute `run`
     wrapping the method sees every launch. The attribute is removed afterwards."""
@@ -93,12 +108,19 @@ def launched(kernels, call):
 
         fn.run = run
         wrapped.append(fn)
+    hooks = knobs.runtime.launch_enter_hook
+    hooks.add(_no_hook)
     try:
         call()
     finally:
+        hooks.remove(_no_hook)
         for fn in wrapped:
             del fn.run
     return seen
+
+
+def _no_hook(*args, **kwargs):
+    """A launch hook that does nothing: while it is set, launch_hooked() is true."""
 
 
 def resources(compiled):
@@ -108,3 +130,27 @@ def resources(compiled):
     n_regs, n_spills = load(compiled)
     meta = compiled.metadata
     return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, shared=meta.shared, regs=n_regs, spills=n_spills)
+
+
+def launch_hooked():
+    """Whether a launch hook is set (a profiler's, such as proton's: its launches must go through
+    Triton's own path, which calls the hooks). 3.6 to 3.9 keep the hooks in a HookChain, an object
+    that is never None and calls each hook it holds (`calls`): set means non-empty."""
+    return bool(knobs.runtime.launch_enter_hook.calls)
+
+
+def direct_launcher(compiled, tail):
+    """launch(n_programs, device_index, *args): `compiled` (the CompiledKernel Triton's launch path
+    returned for a call) launched again on a one-axis grid of n_programs with run-time arguments
+    args, then `tail` (the values of every parameter after them, constexprs included, in order),
+    on the device's current stream, and nothing else: no binding, no cache key, no hooks.
+    3.6 to 3.9: CompiledKernel.run is the binary's launcher (a property that loads the binary on its
+    first use, which Triton's path has done), called as run(grid_x, grid_y, grid_z, stream,
+    function, packed_metadata, launch_metadata, enter_hook, exit_hook, *every argument)."""
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    stream = driver.active.get_current_stream
+
+    def launch(n_programs, device_index, *args):
+        run(n_programs, 1, 1, stream(device_index), function, packed, None, None, None, *args, *tail)
+
+    return launch

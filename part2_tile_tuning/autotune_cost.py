@@ -17,8 +17,9 @@ import time
 
 import torch
 
-from common import ROOT, bench, results, runtime, triton_tools
+from common import ROOT, parts, results, runtime, triton_tools
 from common.inputs import Shape, make_inputs
+from common.timing import time_ms
 
 FIELDS = ["scenario", "seconds", "configs", "chosen", "B", "H", "N", "D", *results.PROVENANCE]
 B, H, D = 4, 8, 64
@@ -41,13 +42,13 @@ def child(n_first, n_second):
 
         tried = triton_tools.timed_configs(fa._attn_fwd, call)
         seconds = time.perf_counter() - start
-        rows.append(dict(scenario=label, seconds=seconds, configs=tried, chosen=bench.chosen_config(fa), N=n))
+        rows.append(dict(scenario=label, seconds=seconds, configs=tried, chosen=parts.forward_config(fa), N=n))
         return q, k, v
 
     q, k, v = first_call(n_first, f"first call, N={n_first}")
-    steady = bench.time_ms(lambda: fa.flash_attention(q, k, v)) / 1e3
+    steady = time_ms(lambda: fa.flash_attention(q, k, v)) / 1e3
     rows.append(dict(scenario=f"steady state, N={n_first} (median)", seconds=steady, configs=0,
-                     chosen=bench.chosen_config(fa), N=n_first))  # fmt: skip
+                     chosen=parts.forward_config(fa), N=n_first))  # fmt: skip
     first_call(n_second, f"first call, N={n_second}: new N bucket, kernels already compiled")
     print("RESULTS " + json.dumps(rows))
 

@@ -1,228 +1,30 @@
 """Part 2's tables and figures: the shared-memory and register budget, the sweep, the autotune cost.
 
 Read from part 2's files in results/<gpu>/; `make report` (common/report.py) puts each of TABLES
-into the README block of the same name and calls draw() for the heatmaps. The sweep's tables and
-heatmaps take the sweep's name, the prefix of its files (part2 for part2_sweep.csv and
-part2_device.json), so a later part can show its own sweep with them.
+into the README block of the same name and calls draw() for the heatmaps. The sweep's own tables
+and heatmaps are common/sweep_report.py's, given part 2's files.
 """
 
-import json
-from collections import defaultdict
+import functools
 
+from common import sweep_report
 from common.results import markdown_table, provenance_line, read_csv
+from common.sweep import MAX_REGS, regs_estimate
+from part2_tile_tuning.flash_attention import smem_bytes
 
 ADA_SMEM_PER_BLOCK = 99 * 1024  # compute capability 8.9 (the seed's RTX 4070 Super): CUDA guide, per-block opt-in
-# A heatmap cell with no passing configuration shows why, in a word: the first of these that happened.
-REASONS = (("failed check", "fail"), ("out of resources", "oor"), ("compile error", "err"), ("not measured", "time"),
-           ("pruned", "budget"))  # fmt: skip
-
-
-def _sweep(gpu_dir, name):
-    return read_csv(gpu_dir / f"{name}_sweep.csv")
-
-
-def _device(gpu_dir, name):
-    return json.loads((gpu_dir / f"{name}_device.json").read_text())
-
-
-def groups(rows):
-    """The (D, causal) groups of a sweep, in order."""
-    return sorted({(r["D"], r["causal"]) for r in rows})
-
-
-def ranked(rows, d, c):
-    """The configurations of one group that passed, fastest first."""
-    passed = [r for r in rows if r["status"] == "ok" and (r["D"], r["causal"]) == (d, c)]
-    return sorted(passed, key=lambda r: -r["tflops"])
-
-
-def best_cells(rows):
-    """{(D, causal): {(BLOCK_M, BLOCK_N): the fastest passing row}}: each tile shape at its best warps and stages."""
-    best = defaultdict(dict)
-    for r in rows:
-        group, cell = (r["D"], r["causal"]), (r["BLOCK_M"], r["BLOCK_N"])
-        if r["status"] == "ok" and (cell not in best[group] or r["tflops"] > best[group][cell]["tflops"]):
-            best[group][cell] = r
-    return best
-
-
-def cell_reason(rows, d, c, bm, bn):
-    """Why a tile shape has no passing configuration (see REASONS)."""
-    here = [r for r in rows if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == (d, c, bm, bn)]
-    heads = {r["status"].split(":")[0] for r in here}
-    return next((short for status, short in REASONS if status in heads), "")
-
-
-def heatmaps_figure(rows, title):
-    """One heatmap per (D, causal): BLOCK_M down, BLOCK_N across, the colour and the number the best
-    TFLOP/s over warps and stages (with that configuration's w and s), or why nothing ran."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    best, grps = best_cells(rows), groups(rows)
-    ms_, ns_ = sorted({r["BLOCK_M"] for r in rows}), sorted({r["BLOCK_N"] for r in rows})
-    cols = 2 if len(grps) > 1 else 1
-    nrows = -(-len(grps) // cols)
-    fig = Figure(figsize=(5.6 * cols, 5.2 * nrows))
-    axes = fig.subplots(nrows, cols, squeeze=False)
-    vmax = max((r["tflops"] for cells in best.values() for r in cells.values()), default=1.0)
-    for ax, (d, c) in zip(axes.flat, grps):
-        grid = np.full((len(ms_), len(ns_)), np.nan)
-        for (bm, bn), r in best[(d, c)].items():
-            grid[ms_.index(bm), ns_.index(bn)] = r["tflops"]
-        ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax, origin="lower")
-        for i, bm in enumerate(ms_):
-            for j, bn in enumerate(ns_):
-                r = best[(d, c)].get((bm, bn))
-                if r:
-                    ax.text(j, i, f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}", ha="center", va="center",
-                            fontsize=7, color="white" if r["tflops"] < 0.6 * vmax else "black")  # fmt: skip
-                else:
-                    ax.text(j, i, cell_reason(rows, d, c, bm, bn), ha="center", va="center", fontsize=7, color="gray")
-        ax.set_xticks(range(len(ns_)), ns_)
-        ax.set_yticks(range(len(ms_)), ms_)
-        ax.set_xlabel("BLOCK_N (keys per step)")
-        ax.set_ylabel("BLOCK_M (queries per program)")
-        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def draw_heatmaps(gpu_dir, name="part2", label="Part 2"):
-    """<name>_heatmaps.png from <name>_sweep.csv; returns its path."""
-    rows = _sweep(gpu_dir, name)
-    r = rows[0]
-    title = f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\nB={r['B']}, H={r['H']}, N={r['N']}, {r['dtype']} — {r['gpu']}"
-    path = gpu_dir / f"{name}_heatmaps.png"
-    heatmaps_figure(rows, title).savefig(path, dpi=110)
-    return path
 
 
 def draw(gpu_dir):
-    return [draw_heatmaps(gpu_dir)] if (gpu_dir / "part2_sweep.csv").exists() else []
-
-
-def winners(rows, top=3):
-    """Plain text: the best configurations of each group, as triton.Config lines to paste into CONFIGS."""
-    out = []
-    for d, c in groups(rows):
-        out.append(f"D={d} causal={c}:")
-        for r in ranked(rows, d, c)[:top]:
-            out.append(f"    triton.Config({{\"BLOCK_M\": {r['BLOCK_M']}, \"BLOCK_N\": {r['BLOCK_N']}}}, "
-                       f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s")  # fmt: skip
-    return "\n".join(out)
-
-
-def programs_per_sm(row, dev):
-    """Resident programs per SM, from the compiled kernel's registers and shared memory (the CUDA
-    occupancy rules: registers allocated per warp in units of 256, 1 KB of shared memory reserved
-    per program, at most 64 warps and 32 programs per SM)."""
-    warps, per_warp = row["num_warps"], -(-row["regs"] * 32 // 256) * 256
-    return min(dev["regs_per_multiprocessor"] // (per_warp * warps),
-               dev["shared_memory_per_multiprocessor"] // (row["smem_compiled"] + 1024),
-               dev["max_threads_per_multi_processor"] // 32 // warps, 32)  # fmt: skip
-
-
-def table_sweep(gpu_dir, name="part2", module="part2_tile_tuning.sweep", grid_block="BLOCK_M"):
-    """The three fastest configurations of each group, with what the compiler made of them.
-    grid_block: the tile dimension the launch has one program per (BLOCK_N for a kernel that holds
-    a key tile, as the backward's dK/dV kernel does), for the waves column."""
-    rows, dev = _sweep(gpu_dir, name), _device(gpu_dir, name)
-    counts = defaultdict(int)
-    for r in rows:
-        counts[r["status"].split(":")[0]] += 1
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    sms = dev["multi_processor_count"]
-    body = []
-    for d, c in groups(rows):
-        for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
-            per_sm = programs_per_sm(r, dev)
-            programs = r["B"] * r["H"] * -(-r["N"] // r[grid_block])
-            body.append([d, "yes" if c else "no", rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
-                         f"{r['tflops']:.0f}", f"{r['smem_compiled'] / 1024:.0f} KB", r["regs"], per_sm,
-                         f"{programs / (per_sm * sms):.1f}"])  # fmt: skip
-    header = ["D", "causal", "rank", "BLOCK_M x BLOCK_N", "warps", "stages", "TFLOP/s", "shared memory",
-              "registers / thread", "programs / SM", "waves"]  # fmt: skip
-    return "\n".join([provenance_line(rows, f"python -m {module} && make report"), "",
-                      f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
-                      f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs).", "",
-                      markdown_table(header, body, "llrlrrrrrrr")])  # fmt: skip
-
-
-def table_sweep_corners(gpu_dir, name="part2"):
-    """The best configuration for a few tile shapes, the seed's 16x16 among them."""
-    rows = _sweep(gpu_dir, name)
-    best = best_cells(rows)
-    columns = [(64, 0), (64, 1), (128, 0), (128, 1)]
-
-    def cell(r):
-        return f"{r['tflops']:.0f} (w{r['num_warps']} s{r['num_stages']})" if r else "—"
-
-    tiles = ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
-    body = [[f"{bm} x {bn}", *(cell(best[group].get((bm, bn))) for group in columns)] for bm, bn in tiles]
-    header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in columns)]
-    return "\n".join([f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):",
-                      "", markdown_table(header, body, "lrrrr")])  # fmt: skip
-
-
-def table_sweep_stages(gpu_dir, name="part2"):
-    """Pipeline depth for the winning tiles: TFLOP/s, compiled shared memory and programs per SM for
-    each num_stages, at the winner's tile and warps. A group whose winner has the same tile and warps
-    as an earlier group's at the same D (D=64 causal and not, on the H200) adds no row."""
-    rows, dev = _sweep(gpu_dir, name), _device(gpu_dir, name)
-    stages = sorted({r["num_stages"] for r in rows})
-    picks = {}
-    for d, c in groups(rows):
-        if ranked(rows, d, c):
-            w = ranked(rows, d, c)[0]
-            picks.setdefault((d, w["BLOCK_M"], w["BLOCK_N"], w["num_warps"]), c)
-    config = {(r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]): r for r in rows}
-    body = []
-    for (d, bm, bn, w), c in picks.items():
-        cells = []
-        for st in stages:
-            r = config.get((d, c, bm, bn, w, st))
-            if r is None or r["status"] != "ok":
-                head, _, why = r["status"].partition(":") if r else ("—", "", "")
-                cells.append(f"{head} ({why.strip()})" if why else head)
-            else:
-                cells.append(f"{r['tflops']:.0f} ({r['smem_compiled'] / 1024:.0f} KB, {programs_per_sm(r, dev)})")
-        body.append([d, "yes" if c else "no", f"{bm} x {bn}, {w} warps", *cells])
-    header = ["D", "causal", "tile, warps", *(f"{s} stage{'s' if s > 1 else ''}" for s in stages)]
-    return "\n".join([f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:",
-                      "", markdown_table(header, body, "lll" + "r" * len(stages))])  # fmt: skip
-
-
-def table_smem_check(gpu_dir, name="part2"):
-    """Budget estimate against what the compiler really allocated, over every compiled configuration,
-    split by whether the configuration can use Hopper's warpgroup MMA (BLOCK_M >= 64, warps a multiple of 4)."""
-    rows = [r for r in _sweep(gpu_dir, name) if r["smem_compiled"] is not None]
-
-    def summary(group):
-        ratio = sorted(r["smem_compiled"] / r["smem_est"] for r in group)
-        over = [r["smem_compiled"] - r["smem_est"] for r in group if r["smem_compiled"] > r["smem_est"]]
-        text = f"{len(group)} configurations, compiled / estimated from {ratio[0]:.2f} to {ratio[-1]:.2f}"
-        return text + (f", over the estimate by at most {max(over)} bytes" if over else ", never over the estimate")
-
-    wgmma = [r for r in rows if r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0]
-    other = [r for r in rows if not (r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0)]
-    out = []
-    if wgmma:
-        out.append(f"Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps): {summary(wgmma)}.")
-    if other:
-        out.append(f"The rest (BLOCK_M < 64 or 2 warps): {summary(other)}.")
-    return " ".join(out)
+    if not (gpu_dir / "part2_sweep.csv").exists():
+        return []
+    return [sweep_report.draw_heatmaps(gpu_dir, "part2", "Part 2")]
 
 
 def table_budget(gpu_dir):
     """Part 2's budget arithmetic for a few tiles: shared memory (smem_bytes) against the H200's and
     Ada's per-program limits, and float32 registers (regs_estimate) against what a thread can address."""
-    # Imported here: sweep.py imports this module, and a later part showing its sweep needs neither.
-    from part2_tile_tuning.flash_attention import smem_bytes
-    from part2_tile_tuning.sweep import MAX_REGS, regs_estimate
-
-    dev = _device(gpu_dir, "part2")
+    dev = sweep_report.device(gpu_dir, "part2")
     limit = dev["shared_memory_per_block_optin"]
 
     def smem(bm, bn, d, s):
@@ -263,9 +65,9 @@ def table_autotune(gpu_dir):
 
 TABLES = {
     "part2-budget": table_budget,
-    "part2-smem-check": table_smem_check,
-    "part2-sweep-corners": table_sweep_corners,
-    "part2-sweep": table_sweep,
-    "part2-stages": table_sweep_stages,
+    "part2-smem-check": functools.partial(sweep_report.table_smem_check, name="part2"),
+    "part2-sweep-corners": functools.partial(sweep_report.table_sweep_corners, name="part2"),
+    "part2-sweep": functools.partial(sweep_report.table_sweep, name="part2", module="part2_tile_tuning.sweep"),
+    "part2-stages": functools.partial(sweep_report.table_sweep_stages, name="part2"),
     "part2-autotune": table_autotune,
 }

@@ -18,7 +18,7 @@ import torch
 from common import parts, runtime
 from common.check import check_part
 from common.inputs import Shape, make_inputs
-from part2_tile_tuning.sweep import regs_estimate
+from common.sweep import regs_estimate
 
 part2 = parts.load(2)
 print(runtime.describe())
@@ -69,6 +69,4 @@ report = check_part(part2, q, k, v, do, is_causal=True)
 print(report)
 assert report.ok
 if runtime.HAS_GPU:
-    from common.bench import chosen_config
-
-    print("the autotuner picked:", chosen_config(part2))
+    print("the autotuner picked:", part2.forward_config())

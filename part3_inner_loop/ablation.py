@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from common import parts, results, runtime, variants
+from common import parts, results, study
 
 STEPS_DIR = Path(__file__).resolve().parent / "steps"
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
@@ -86,8 +86,9 @@ def load_step(i, source):
 
 def run(seq_lens, save=None):
     modules = {LABELS[i]: load_step(i, s) for i, s in enumerate(step_sources())}
-    return variants.time_forwards(modules, lambda label, causal: dict(step=LABELS.index(label), label=label), seq_lens,
-                                  HEAD_DIMS, B, H, save=save)  # fmt: skip
+    forwards = {label: module.flash_forward for label, module in modules.items()}
+    return study.time_forwards(forwards, lambda label, causal: dict(step=LABELS.index(label), label=label), seq_lens,
+                               HEAD_DIMS, B, H, save=save, config=lambda label: parts.forward_config(modules[label]))  # fmt: skip
 
 
 def main(argv=None):
@@ -104,8 +105,7 @@ def main(argv=None):
     if args.show is not None:
         print(step_sources()[args.show], end="")
         return 0
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("The ablation times compiled kernels and needs a CUDA GPU; `--show N` prints any step's kernel.")
+    if not study.on_gpu("The ablation times compiled kernels (`--show N` prints a step's kernel anywhere)"):
         return 0
     seq_lens = (4096,) if args.quick else SEQ_LENS
     return results.write_as_measured("part3_ablation.csv", FIELDS, lambda save: run(seq_lens, save))

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common import library
+from common import library, triton_tools
 from common.backward import flash_backward
 from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
@@ -206,6 +206,11 @@ def flash_forward(Q, K, V, is_causal):
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
+
+
+def forward_config():
+    """What the autotuner chose for the last forward, as the benchmark's tables name it ("128x64 w4 s3")."""
+    return triton_tools.chosen_label(_attn_fwd)
 
 
 class FlashAttention(torch.autograd.Function):

@@ -4,56 +4,43 @@ multiply 16-bit operands). Kept in float32 instead, V must be widened and the pr
 
     python -m part3_inner_loop.p_cast      # GPU: results/<gpu>/part3_p_cast.csv
 
-The three variants are part 3's kernel with one or two lines changed (VARIANTS below). Accuracy:
+The three variants are part 3's kernel with its P_PRODUCT switch (variants.py) in each position. Accuracy:
 max |O - O_ref| against the float64 reference, bf16 and fp16 inputs, several N and score sizes
 (q and k scaled so the scores S have standard deviation 1 or 4), beside PyTorch's own attention in
 the input dtype (the baseline of the tests' tolerance rule). Speed: each variant timed at
 N = 4096 (IEEE at D = 64 only).
 """
 
-import argparse
 import functools
 import sys
 
 import torch
 
-from common import bench, results, runtime, variants
+from common import results, study
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
+from common.runtime import DEVICE
+from common.timing import attention_flops, tflops, time_ms
+from part3_inner_loop import variants
 
-CAST = "        p = p.to(v.dtype)  # .to() returns a new tensor: assign it, or tl.dot sees float32 P\n"
-PV_DOT = "acc = tl.dot(p, v, acc, input_precision=DOT_PRECISION)"
-VARIANTS = {
-    "P cast to the input dtype (part 3)": [],
-    "P float32, TF32 product": [(CAST, "        v = v.to(tl.float32)  # P stays float32; V is widened to match\n")],
-    "P float32, IEEE product": [
-        (CAST, "        v = v.to(tl.float32)  # P stays float32; V is widened to match\n"),
-        (PV_DOT, 'acc = tl.dot(p, v, acc, input_precision="ieee")'),
-    ],
-}
 SEQ_LENS = (512, 2048, 4096)
 SCORE_STDS = (1.0, 4.0)
 FIELDS = ["variant", "what", "dtype", "B", "H", "N", "D", "score_std", "err", "ms", "tflops", *results.PROVENANCE]
 
 
-def variant(name):
-    """Part 3's kernel with the variant's lines replaced, imported as a module of its own."""
-    return variants.load(3, VARIANTS[name], f"part3_p_cast_{list(VARIANTS).index(name)}")
-
-
-def accuracy_rows(modules, meta):
+def accuracy_rows(forwards, meta):
     rows = []
     d, b, h = 64, 1, 4
     for dtype, dname in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
         for std in SCORE_STDS:
             for n in SEQ_LENS:
                 # q, k ~ N(0, s^2) with s^2 = std: S = q.k / sqrt(D) has standard deviation std.
-                q, k, v, _ = make_inputs(Shape((b, h), n, n, d), dtype, runtime.DEVICE, seed=n, scale=std**0.5)
+                q, k, v, _ = make_inputs(Shape((b, h), n, n, d), dtype, DEVICE, seed=n, scale=std**0.5)
                 ref, _ = attention_reference(q, k, v)
                 torch_same_dtype, _ = attention_reference(q, k, v, dtype=dtype)
                 outs = {"PyTorch attention in the input dtype": torch_same_dtype}
                 with torch.no_grad():
-                    outs.update({name: m.flash_forward(q, k, v, False)[0] for name, m in modules.items()})
+                    outs.update({name: forward(q, k, v, False)[0] for name, forward in forwards.items()})
                 for name, o in outs.items():
                     err = (o.double() - ref).abs().max().item()
                     rows.append(dict(variant=name, what="accuracy", dtype=dname, B=b, H=h, N=n, D=d, score_std=std,
@@ -62,38 +49,35 @@ def accuracy_rows(modules, meta):
     return rows
 
 
-def speed_rows(modules, meta):
+def speed_rows(forwards, meta):
     rows = []
     b, h, n = 4, 8, 4096
     for d in (64, 128):
-        q, k, v, _ = make_inputs(Shape((b, h), n, n, d), torch.bfloat16, runtime.DEVICE, seed=d)
-        flops = bench.attention_flops(b, h, n, n, d, False)
-        for name, m in modules.items():
+        q, k, v, _ = make_inputs(Shape((b, h), n, n, d), torch.bfloat16, DEVICE, seed=d)
+        flops = attention_flops(b, h, n, n, d, False)
+        for name, forward in forwards.items():
             if "IEEE" in name and d > 64:
                 # No tensor cores: the product compiles to scalar multiply-adds, unrolled over the
                 # whole tile, and compiling D = 128's tiles takes minutes. D = 64 shows the cost.
                 continue
             with torch.no_grad():
-                ms = bench.time_ms(functools.partial(m.flash_forward, q, k, v, False))
+                ms = time_ms(functools.partial(forward, q, k, v, False))
             rows.append(dict(variant=name, what="speed", dtype="bf16", B=b, H=h, N=n, D=d, ms=f"{ms:.4f}",
-                             tflops=f"{flops / ms * 1e-9:.1f}", **meta))  # fmt: skip
+                             tflops=tflops(flops, ms), **meta))  # fmt: skip
             print(f"speed D={d} {name:<40} {flops / ms * 1e-9:7.1f} TFLOP/s", flush=True)
     return rows
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print(
-            "This study times compiled kernels and runs bf16, which Triton's interpreter cannot: it needs a CUDA GPU."
-        )
+    study.arguments(__doc__, argv)
+    if not study.on_gpu("This study times compiled kernels in bf16"):
         return 0
-    modules = {name: variant(name) for name in VARIANTS}
+    forwards = {name: variants.forward(p_product=choice) for name, choice in variants.P_PRODUCTS.items()}
     meta = results.provenance()
     path = results.results_dir() / "part3_p_cast.csv"
-    rows = accuracy_rows(modules, meta)
+    rows = accuracy_rows(forwards, meta)
     results.write_csv(path, rows, FIELDS)  # written twice: the accuracy rows survive a cut-short speed run
-    rows += speed_rows(modules, meta)
+    rows += speed_rows(forwards, meta)
     results.write_csv(path, rows, FIELDS)
     print(f"wrote {results.shown(path)}")
     return 0

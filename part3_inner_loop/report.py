@@ -1,11 +1,11 @@
 """Part 3's tables and figures: its sweep, the ablation (part 2 -> part 3 one change at a time), the
 cost of casting P, and the tile-skipping picture. `make report` fills the README blocks named in
-TABLES and calls draw(); the sweep's tables and heatmaps are part 2's, given part 3's files.
+TABLES and calls draw(); the sweep's tables and heatmaps are common/sweep_report.py's, given part 3's files.
 """
 
+from common import sweep_report
 from common.report import PANELS, tflops, yes_no
 from common.results import markdown_table, provenance_line, read_csv
-from part2_tile_tuning import report as part2_report
 from part3_inner_loop import tiles
 from part3_inner_loop.ablation import LABELS
 
@@ -139,7 +139,7 @@ def p_cast_figure(rows):
 def draw(gpu_dir):
     written = [tiles.draw()]
     if (gpu_dir / "part3_sweep.csv").exists():
-        written.append(part2_report.draw_heatmaps(gpu_dir, "part3", "Part 3"))
+        written.append(sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3"))
     for csv, figure, png in (("part3_ablation.csv", ablation_figure, "part3_ablation.png"),
                              ("part3_p_cast.csv", p_cast_figure, "part3_p_cast.png")):  # fmt: skip
         if (gpu_dir / csv).exists():
@@ -149,7 +149,7 @@ def draw(gpu_dir):
 
 
 TABLES = {
-    "part3-sweep": lambda g: part2_report.table_sweep(g, "part3", "part3_inner_loop.sweep"),
+    "part3-sweep": lambda g: sweep_report.table_sweep(g, "part3", "part3_inner_loop.sweep"),
     "part3-ablation": table_ablation,
     "part3-step-gains": table_step_gains,
     "part3-launch-order": table_launch_order,

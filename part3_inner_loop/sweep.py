@@ -1,4 +1,4 @@
-"""Part 3's sweep: part 2's sweep (part2_tile_tuning/sweep.py) run on part 3's kernel.
+"""Part 3's sweep: common/sweep.py (part 2's sweep) run on part 3's forward.
 
     python -m part3_inner_loop.sweep               # D 64 and 128, causal and not, bf16, B=4, H=8, N=4096
 
@@ -11,25 +11,50 @@ part3_heatmaps.png, and prints the winners as triton.Config lines for TUNED.
 
 import sys
 
+import torch
 import triton
 
-from part2_tile_tuning import sweep
+from common import runtime, sweep
+from common.check import check_slices
+from common.inputs import Shape, make_inputs
 
 
-class Forward(sweep.Forward):
-    """Part 3's _attn_fwd: part 2's arguments plus N_SEQS, one program per (query tile, sequence)."""
+class Forward(sweep.SweepTarget):
+    """Part 3's forward kernel, _attn_fwd, launched the way flash_forward launches it: one program
+    per (query tile, sequence) on one grid axis."""
 
     part = 3
     blocks, warps, stages = (32, 64, 128, 256), (4, 8), (2, 3, 4)
 
+    def kernel(self):
+        return self.module()._attn_fwd
+
+    def budget(self, config):
+        bm, bn, d = config["BLOCK_M"], config["BLOCK_N"], config["D"]
+        smem = self.module().smem_bytes(bm, bn, d, self.dtype.itemsize, config["num_stages"])
+        return smem, sweep.regs_estimate(bm, bn, d, config["num_warps"])
+
+    def tensors(self, d, causal):
+        shape = Shape((self.B, self.H), self.N, self.N, d)
+        q, k, v, _ = make_inputs(shape, self.dtype, runtime.DEVICE, seed=d + causal)
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        return dict(Q=q, K=k, V=v, O=torch.empty_like(q), L=lse)
+
     def launch(self, t, config):
-        args, constexprs = super().launch(t, config)
-        n_seqs = self.B * self.H
-        return (*args[:7], n_seqs, *args[7:]), constexprs  # N_SEQS comes after N_QUERIES and N_KEYS
+        q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
+        n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
+        n_seqs = q.shape[0]
+        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, n_seqs, self.module().n_bucket(n_q, n_k), d**-0.5)
+        precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
+        constexprs = dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision)
+        return args, dict(constexprs, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
 
     def grid(self, t, config):
         return (triton.cdiv(self.N, config["BLOCK_M"]) * self.B * self.H,)
 
+    def check(self, t, causal):
+        return check_slices({"O": t["O"], "L": t["L"]}, t["Q"], t["K"], t["V"], causal)
+
 
 if __name__ == "__main__":
-    sys.exit(sweep.main(target=Forward(), description=__doc__))
+    sys.exit(sweep.main(Forward(), __doc__))

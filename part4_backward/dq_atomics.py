@@ -7,14 +7,17 @@ the backward alone (flash_backward from the saved O and L: the three or two laun
 variant five times on the same inputs to see whether dQ comes out bit for bit the same.
 """
 
-import argparse
 import functools
 import sys
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import results, study
+from common.check import check_slices
 from common.inputs import Shape, make_inputs
+from common.runtime import DEVICE
+from common.timing import attention_flops, tflops, time_ms
+from part4_backward import flash_attention
 
 B, H = 4, 8
 SEQ_LENS = (1024, 4096)
@@ -24,27 +27,26 @@ FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "bit
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("Timing the two dQ variants needs a CUDA GPU (tests/test_backward.py checks both anywhere).")
+    study.arguments(__doc__, argv)
+    if not study.on_gpu("Timing the two dQ variants (tests/test_backward.py checks both anywhere)"):
         return 0
-    module = parts.load(4)
+    module = flash_attention
     meta, rows = results.provenance(), []
     for d in (64, 128):
         for causal in (False, True):
             for n in SEQ_LENS:
-                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, runtime.DEVICE, seed=n + d)
+                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, DEVICE, seed=n + d)
                 o, lse = module.flash_forward(q, k, v, causal)
-                flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
+                flops = attention_flops(B, H, n, n, d, causal, "bwd")
                 for variant, atomic in (("second pass (default)", False), ("atomics", True)):
                     backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal, atomic_dq=atomic)
                     runs = [backward()[0] for _ in range(REPEATS)]
                     dq, dk, dv = backward()
-                    report = bench.check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
-                    ms = bench.time_ms(backward)
+                    report = check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+                    ms = time_ms(backward)
                     diff = max((r.float() - runs[0].float()).abs().max().item() for r in runs)
                     rows.append(dict(variant=variant, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal),
-                                     ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}",
+                                     ms=f"{ms:.4f}", tflops=tflops(flops, ms),
                                      bitwise_repeatable=int(all(torch.equal(r, runs[0]) for r in runs)),
                                      max_run_to_run=f"{diff:.3e}", check=("ok " if report.ok else "FAIL ") + str(report),
                                      **meta))  # fmt: skip

@@ -10,13 +10,13 @@ gradients: linear in N. An implementation that runs out of memory (or refuses th
 recorded as such.
 """
 
-import argparse
 import sys
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import impls, parts, results, study
 from common.inputs import Shape, make_inputs
+from common.runtime import DEVICE
 
 B, H, D = 4, 8, 64
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -26,7 +26,7 @@ FIELDS = ["impl", "B", "H", "N", "D", "dtype", "peak_mib", "inputs_mib", "status
 def peak_mib(impl, n):
     """Peak MiB allocated by one fwd+bwd beyond its inputs, and the inputs' own MiB."""
     torch.cuda.empty_cache()
-    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
     leaves = [t.requires_grad_(True) for t in (q, k, v)]
     with impl.context():
         # Once first, unmeasured: a new N makes the autotuner time its configurations, and its timer
@@ -42,15 +42,14 @@ def peak_mib(impl, n):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("Peak GPU memory needs a CUDA GPU.")
+    study.arguments(__doc__, argv)
+    if not study.on_gpu("Peak GPU memory is measured on the GPU"):
         return 0
-    impls = [bench.part_impl(n) for n in parts.available() if n >= 4] + [
-        bench.sdpa_impl(b) for b in ("flash", "cudnn", "efficient", "math")
+    compared = [impls.part_impl(n) for n in parts.available() if n >= 4] + [
+        impls.sdpa_impl(b) for b in ("flash", "cudnn", "efficient", "math")
     ]
     meta, rows = results.provenance(), []
-    for impl in impls:
+    for impl in compared:
         for n in SEQ_LENS:
             row = dict(impl=impl.name, B=B, H=H, N=n, D=D, dtype="bf16", **meta)
             try:

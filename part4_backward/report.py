@@ -3,10 +3,10 @@ backward) and SDPA, the two backward sweeps, dQ by a second pass or by atomics, 
 `make report` fills the README blocks named in TABLES and calls draw().
 """
 
-from common.bench import FLEX, impl_label
+from common import sweep_report
+from common.impls import FLEX, impl_label
 from common.report import PANELS, percent, tflops, tflops_index, yes_no
 from common.results import markdown_table, provenance_line, read_csv
-from part2_tile_tuning import report as part2_report
 from part4_backward.dq_atomics import REPEATS
 
 
@@ -87,7 +87,7 @@ def memory_figure(rows):
 
 
 def draw(gpu_dir):
-    written = [part2_report.draw_heatmaps(gpu_dir, name, f"Part 4 {what}")
+    written = [sweep_report.draw_heatmaps(gpu_dir, name, f"Part 4 {what}")
                for name, what in (("part4_dkdv", "dK/dV kernel"), ("part4_dq", "dQ kernel"))
                if (gpu_dir / f"{name}_sweep.csv").exists()]  # fmt: skip
     if (gpu_dir / "part4_memory.csv").exists():
@@ -99,10 +99,10 @@ def draw(gpu_dir):
 TABLES = {
     "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
     "part4-bwd": lambda g: table_mode(g, "bwd"),
-    "part4-sweep-dkdv": lambda g: part2_report.table_sweep(
+    "part4-sweep-dkdv": lambda g: sweep_report.table_sweep(
         g, "part4_dkdv", "part4_backward.sweep --kernel dkdv", grid_block="BLOCK_N"
     ),
-    "part4-sweep-dq": lambda g: part2_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
+    "part4-sweep-dq": lambda g: sweep_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
     "part4-dq-atomics": table_dq,
     "part4-memory": table_memory,
 }

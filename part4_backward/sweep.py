@@ -1,4 +1,4 @@
-"""Part 4's sweep: part 2's sweep (part2_tile_tuning/sweep.py) run on the two backward kernels.
+"""Part 4's sweep: common/sweep.py (part 2's sweep) run on the two backward kernels.
 
     python -m part4_backward.sweep --kernel dkdv   # the dK/dV kernel: results/<gpu>/part4_dkdv_sweep.csv
     python -m part4_backward.sweep --kernel dq     # the dQ kernel:    results/<gpu>/part4_dq_sweep.csv
@@ -17,10 +17,11 @@ import sys
 import torch
 import triton
 
-from common import bench, runtime
+from common import runtime, sweep
+from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
-from part2_tile_tuning import sweep
+from common.timing import attention_flops
 
 
 class Backward(sweep.SweepTarget):
@@ -60,7 +61,7 @@ class Backward(sweep.SweepTarget):
         grads = dict(zip(("dQ", "dK", "dV"), t["ref_grads"]))
         grads.update({name[0].lower() + name[1:]: t[name] for name in self.outputs})
         out = {"O": t["O"], "L": t["L"], **grads}
-        return bench.check_slices(out, t["Q"], t["K"], t["V"], causal, t["DO"])
+        return check_slices(out, t["Q"], t["K"], t["V"], causal, t["DO"])
 
 
 class DKDV(Backward):
@@ -90,7 +91,7 @@ class DKDV(Backward):
         return (triton.cdiv(self.N, config["BLOCK_N"]) * self.B * self.H,)
 
     def flops(self, d, causal):
-        return bench.attention_flops(self.B, self.H, self.N, self.N, d, causal, "bwd") * 2 / 2.5
+        return attention_flops(self.B, self.H, self.N, self.N, d, causal, "bwd") * 2 / 2.5
 
 
 class DQ(Backward):
@@ -119,7 +120,7 @@ class DQ(Backward):
         return (triton.cdiv(self.N, config["BLOCK_M"]) * self.B * self.H,)
 
     def flops(self, d, causal):
-        return bench.attention_flops(self.B, self.H, self.N, self.N, d, causal, "bwd") * 1.5 / 2.5
+        return attention_flops(self.B, self.H, self.N, self.N, d, causal, "bwd") * 1.5 / 2.5
 
 
 TARGETS = {"dkdv": DKDV, "dq": DQ}
@@ -129,6 +130,6 @@ if __name__ == "__main__":
     ap.add_argument("--kernel", choices=TARGETS)
     known, rest = ap.parse_known_args()
     if known.kernel is None:
-        print(__doc__ + "\n--kernel dkdv or --kernel dq is required; the other flags are part 2's sweep's:")
-        sys.exit(sweep.main(["--help"], description=""))
-    sys.exit(sweep.main(rest, target=TARGETS[known.kernel](), description=__doc__))
+        print(__doc__ + "\n--kernel dkdv or --kernel dq is required; the other flags are the sweep's:")
+        sys.exit(sweep.main(None, "", ["--help"]))
+    sys.exit(sweep.main(TARGETS[known.kernel](), __doc__, rest))

@@ -1,32 +1,21 @@
-"""Part 5: part 4's kernels, launched for less, and a Hopper forward and backward in Gluon.
+"""Part 5: part 4's kernels, and where the profile finds them short, a Hopper forward and backward
+written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
 
-1. `Launch`. The profile (results/h200/part5_launch_cost.csv) says that below N = 4096 Python's
-   time per call is longer than the GPU's, and that under cProfile a third of part 4's forward's
-   host time, and nearly half of its backward's, is in Triton's generic launch path (the
-   autotuner's key, binding the arguments, the compile-cache key, the grid, launch metadata),
-   redone on every call for the same answer. So the first call of each shape class goes through
-   Triton as before (compile, autotune); later calls of that class hand the arguments straight to
-   the compiled kernel's launcher. The forward goes further: what it launches for a call follows
-   from the call's shapes, dtype, device and causal flag, so it is worked out once per such
-   signature (_plans); contiguous inputs go to the kernel as they are; and FlashAttention.apply
-   without a graph to record (inference) skips autograd.Function's own per-call machinery.
-2. The forward of 16-bit inputs at D = 64 and 128 on a Hopper GPU runs gluon_attention.py: the
-   FlashAttention-3 schedule (a loader warp, softmax warpgroups that share K and V, the next
-   Q K^T issued before the softmax, a persistent grid), which Triton's compiler would not produce
-   from _attn_fwd (part5_candidates.csv, part5_compiled.csv). _attn_fwd below stays for every
-   other call: float32, D = 16 and 32, other GPUs, and Triton's interpreter on the CPU.
-3. gluon_backward.py: dK, dV and dQ from one pass over the scores (five matrix products per tile
-   pair instead of seven), dQ summed in float32 by TMA reduce-adds. flash_backward sends it the
-   calls listed in its ROUTE, those it is measured faster on (gluon_study.py --backward: D = 64
-   and 128, causal and not, bf16 and fp16, on a Hopper GPU; its programs sequence-major without a
-   mask; causal, sequence-minor below N = 8192, grouped to fit L2 from there); part 4's two
-   kernels below keep the rest. Its dQ is a float32 sum added in whatever order the programs
-   arrive, so its last bits can change from call to call; under torch.use_deterministic_algorithms(True) flash_backward runs part 4's kernels,
-   whose bits repeat.
+- flash_forward sends bf16 and fp16 calls at D = 64 and 128 on a Hopper GPU to gluon_attention.py:
+  a loader warp, softmax warpgroups that share each K and V tile, the next Q K^T issued before this
+  tile's softmax, a persistent grid. Triton's compiler does not produce that schedule from
+  _attn_fwd (tools/candidates.py, tools/compiled.py). _attn_fwd keeps every other call: float32,
+  D = 16 and 32, other GPUs, Triton's interpreter on the CPU.
+- flash_backward sends the calls in gluon_backward.ROUTE to gluon_backward.py: dK, dV and dQ from
+  one pass over the scores, five matrix products per tile pair instead of seven, dQ added in
+  float32 by TMA reduce-adds. Part 4's kernels keep the rest, and every call made under
+  torch.use_deterministic_algorithms(True): the Gluon dQ's last bits follow the order its adds arrive.
+- Every kernel launches through fast_launch.Launch, which skips Triton's per-call Python after the
+  first call of a shape class: below N = 4096 that Python takes longer than the kernels.
 
-The kernels below are part 4's, unchanged.
+The kernels below are part 4's, unchanged. The studies behind each choice are in tools/.
 
-Run:  make test PART=5   |   make bench PART=5   |   python -m part5_profiling.launch_cost (GPU)
+Run:  make test PART=5   |   make bench PART=5   |   make profile PART=5 (GPU)
 """
 
 import math
@@ -34,14 +23,11 @@ import math
 import torch
 import triton
 import triton.language as tl
-from torch.autograd import forward_ad
-from triton import knobs
-from triton.runtime import driver
 
-from common import library
+from common import library, triton_tools
 from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
-from part5_profiling import gluon_attention, gluon_backward
+from part5_profiling import fast_launch, gluon_attention, gluon_backward
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
 # H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
@@ -79,54 +65,6 @@ def fits_in_smem(configs, named_args, **kwargs):
 def n_bucket(n_q, n_k):
     """The autotuner's shape class for sequence length: the power of two at or above max(N), min 256."""
     return max(256, triton.next_power_of_2(max(n_q, n_k)))
-
-
-def _launch_hooked():
-    """Whether a launch hook is set (a profiler's). Triton 3.6-3.9 keep the hooks in a HookChain,
-    an object that is never None and calls each hook it holds: set means non-empty."""
-    hook = knobs.runtime.launch_enter_hook
-    return bool(hook.calls) if hasattr(hook, "calls") else hook is not None
-
-
-class Launch:
-    """One kernel's launches, cheaper: what Triton's launch path works out from the arguments on
-    every call (which autotuned configuration, which compiled binary, the grid, the constexpr
-    values) is worked out once per shape class and kept.
-
-    launch(key, grid, *args, **constexprs) launches the kernel on args (the kernel's leading,
-    run-time parameters, in order) with the constexprs given by keyword. key must tell apart every
-    call that Triton would compile or tune differently: here the device, the dtype, D, causal,
-    the autotuner's length bucket (and the dQ mode); the integer parameters are do_not_specialize
-    and every pointer is 16-byte aligned (_as_sequences, _flat), so nothing else changes the binary.
-    grid(config kwargs) -> number of programs (one grid axis).
-
-    The first call of a key, every call under the interpreter, and every call while a launch hook
-    is set (a profiler such as proton sets one) go through Triton's own path."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel  # a triton.autotune'd kernel or a plain triton.jit one
-        self.names = kernel.arg_names  # every parameter, run-time and constexpr, in order
-        # key -> (compiled kernel's launcher, its function handle and packed metadata, its
-        # triton.Config or None, that config's kwargs for grid, constexpr values)
-        self.known = {}
-
-    def __call__(self, key, grid, *args, **constexprs):
-        known = self.known.get(key)
-        if known is None or INTERPRET or _launch_hooked():
-            compiled = self.kernel[lambda meta: (grid(meta),)](*args, **constexprs)
-            if not INTERPRET:
-                config = getattr(self.kernel, "best_config", None)  # the autotuner's choice for this key
-                blocks = config.kwargs if config is not None else {}
-                every = {**constexprs, **blocks}
-                tail = tuple(every[name] for name in self.names[len(args) :])
-                # compiled.run is a property that loads the binary on first use: Triton's path just did
-                self.known[key] = (compiled.run, compiled.function, compiled.packed_metadata, config, blocks, tail)
-            return
-        run, function, packed_metadata, config, blocks, tail = known
-        if config is not None:
-            self.kernel.best_config = config  # what Triton's path would leave there (bench.chosen_config reads it)
-        stream = driver.active.get_current_stream(args[0].device.index)
-        run(grid(blocks), 1, 1, stream, function, packed_metadata, None, None, None, *args, *tail)
 
 
 @triton.jit
@@ -249,11 +187,11 @@ def _attn_fwd(
     tl.store(L + bh * N_QUERIES + q_pos, lse, mask=q_pos < N_QUERIES)
 
 
-_launch_fwd = Launch(_attn_fwd)
 # The Gluon kernels (gluon_attention.py, gluon_backward.py) take every call they support; False: part 4's
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
-_launch_fwd_gluon = Launch(gluon_attention._attn_fwd_ws) if gluon_attention.HAVE_GLUON else None
+_launch_fwd = fast_launch.Launch(_attn_fwd)
+_launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_ws) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}
 
 
@@ -266,7 +204,7 @@ def _dot_precision(Q):
 
 def _as_sequences(t):
     """(..., N, D) -> contiguous (B*H, N, D) on a 16-byte boundary, as descriptors require."""
-    t = t.flatten(0, -3).contiguous()  # a view of a contiguous t (t itself when 3-D); copies only if strided
+    t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
@@ -278,9 +216,9 @@ def _flat(t):
 
 
 # (Q.shape, K.shape, dtype, device, causal, GLUON) -> what flash_forward launches for such a call:
-# which kernel, the Launch key, the grid, the run-time arguments after the tensors, the constexprs,
-# the label and L's shape. All of it follows from those values alone (strides are _flat's business),
-# so a repeated call looks it up instead of working it out again.
+# which kernel, the Launch key, the grid, the run-time arguments after the tensors, the constexprs
+# and the label. All of it follows from those values alone (strides are _flat's business), so a
+# repeated call looks it up instead of working it out again.
 _plans = {}
 _MAX_PLANS = 4096  # shapes seen; past this many (lengths that keep changing), start again
 
@@ -294,12 +232,12 @@ def _plan(Q, K, is_causal, gluon):
         grid = lambda _: n_programs  # noqa: E731
         key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
-        return True, key, grid, (n_q, n_k, n_seqs, scale), meta, gluon_attention.label(d), tuple(Q.shape[:-1])
-    grid = lambda blocks: -(-n_q // blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
+        return True, key, grid, (n_q, n_k, n_seqs, scale), meta, gluon_attention.label(d)
+    grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (Q.device, Q.dtype, d, is_causal, bucket)
-    return False, key, grid, (n_q, n_k, n_seqs, bucket, scale), meta, None, tuple(Q.shape[:-1])
+    return False, key, grid, (n_q, n_k, n_seqs, bucket, scale), meta, None
 
 
 def flash_forward(Q, K, V, is_causal):
@@ -311,19 +249,19 @@ def flash_forward(Q, K, V, is_causal):
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
-    gluon, key, grid, tail, meta, label, lse_shape = plan
+    gluon, key, grid, tail, meta, label = plan
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty_like(q)
-    lse = q.new_empty(lse_shape, dtype=torch.float32)
+    lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
     (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
-    return (o if q is Q else o.view(Q.shape)), lse
+    return o.view(Q.shape), lse
 
 
-def forward_label():
-    """What the last forward ran, for the benchmark's tables: the Gluon kernel's configuration, or
-    None when it was _attn_fwd (whose autotuner then says which configuration)."""
-    return _last_forward["label"]
+def forward_config():
+    """What the last forward ran, as the benchmark's tables name it: the Gluon kernel's configuration,
+    or what the autotuner chose for _attn_fwd ("128x64 w4 s3")."""
+    return _last_forward["label"] or triton_tools.chosen_label(_attn_fwd)
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -549,14 +487,12 @@ def _attn_bwd_dq(
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 
-_launch_preprocess = Launch(_attn_bwd_preprocess)
-_launch_dkdv = Launch(_attn_bwd_dkdv)
-_launch_dq = Launch(_attn_bwd_dq)
-
-
-_launch_bwd_prepare = Launch(gluon_backward._bwd_prepare)
-_launch_bwd_gluon = Launch(gluon_backward._attn_bwd_ws) if gluon_backward.HAVE_GLUON else None
-_launch_dq_convert = Launch(gluon_backward._dq_convert)
+_launch_preprocess = fast_launch.Launch(_attn_bwd_preprocess)
+_launch_dkdv = fast_launch.Launch(_attn_bwd_dkdv)
+_launch_dq = fast_launch.Launch(_attn_bwd_dq)
+_launch_bwd_prepare = fast_launch.Launch(gluon_backward._bwd_prepare)
+_launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_ws) if gluon_backward.HAVE_GLUON else None
+_launch_dq_convert = fast_launch.Launch(gluon_backward._dq_convert)
 _last_backward = {"label": None}
 
 
@@ -607,27 +543,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
 
-def _records_a_graph(Q, K, V):
-    """Whether autograd.Function.apply would have anything to record or transform for this call: grad
-    mode on with an input that requires grad, a torch.func transform (vmap, grad, ...), or a forward-AD
-    level (which refuses a Function without jvp)."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (Q, K, V)):
-        return True
-    return torch._C._are_functorch_transforms_active() or getattr(forward_ad, "_current_level", -1) >= 0
-
-
 class FlashAttention(torch.autograd.Function):
-    @classmethod
-    def apply(cls, Q, K, V, is_causal=False):
-        """O. With no graph to record (inference: torch.no_grad, or no input requiring grad), the
-        forward's own two steps, check_inputs and flash_forward: autograd.Function's machinery (a
-        context object, its Python wrapper around the C++ apply) would cost more host time than
-        they do, for the same O. Otherwise autograd.Function.apply, and backward below."""
-        if _records_a_graph(Q, K, V):
-            return super().apply(Q, K, V, is_causal)
-        check_inputs(Q, K, V, is_causal, triton=True)
-        return flash_forward(Q, K, V, is_causal)[0]
-
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)

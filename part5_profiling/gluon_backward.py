@@ -73,26 +73,20 @@ BLOCK_M = 64  # queries per step
 STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB, stats 1 KB
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
-# (D, causal) that flash_backward sends here: those where gluon_study.py --backward measures this
+# (D, causal) that flash_backward sends here: those where tools/gluon_study.py --backward measures this
 # kernel faster than part 4's two at every N (results/h200/part5_gluon_bwd.csv).
 ROUTE = {(64, False), (64, True), (128, False), (128, True)}
-# Ablations for gluon_study.py --backward only (they compute something else on purpose): dQ's product and
-# staging without the TMA add, or no dQ at all (dK and dV alone).
-FULL, NO_DQ_ADD, NO_DQ = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # The order of the programs. SEQUENCE_MINOR: program p takes sequence p mod N_SEQS, so the programs
 # running at once touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's
-# key blocks side by side, so its Q, dO and dQ can stay in L2 while they run; STAGGERED does that and,
-# without a mask, starts each program's walk over the query tiles at a different tile, so that they
-# do not all add into the same dQ rows at once. ORDER[is_causal] is part 5's below GROUPED_FROM,
-# from gluon_study.py --backward (results/h200/part5_gluon_bwd.csv): sequence-major without a mask,
-# where it turned sequence-minor's loss to part 4 at long N into a gain; sequence-minor when causal,
-# where it measured faster at N = 4096; STAGGERED bought nothing over SEQUENCE_MAJOR. GROUPED takes the
+# key blocks side by side, so its Q, dO and dQ can stay in L2 while they run. GROUPED takes the
 # sequences in groups whose Q, dO and float32 dQ fit in L2_BUDGET bytes together, and numbers each
 # group's programs key block by key block: the longest causal walks (the first key blocks) start
-# first, as in SEQUENCE_MINOR, and the rows they read and add to can stay in L2.
-# Causal from GROUPED_FROM queries on, GROUPED measured faster than SEQUENCE_MINOR (1-9%), and
-# slower below (at N = 4096, 3-10%: there, launching the longest walks first matters more).
-SEQUENCE_MINOR, SEQUENCE_MAJOR, STAGGERED, GROUPED = (tl.constexpr(i) for i in range(4))
+# first, as in SEQUENCE_MINOR, and the rows they read and add to can stay in L2. From
+# tools/gluon_study.py --backward (results/h200/part5_gluon_bwd.csv): without a mask, sequence-major
+# (it turned sequence-minor's loss to part 4 at long N into a gain); causal, sequence-minor below
+# GROUPED_FROM queries (faster at N = 4096: there, launching the longest walks first matters more)
+# and grouped from there (1-9% faster than sequence-minor).
+SEQUENCE_MINOR, SEQUENCE_MAJOR, GROUPED = (tl.constexpr(i) for i in range(3))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
 GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2 (60 MiB as the driver reports it, results/h200/part2_device.json)
@@ -124,23 +118,12 @@ if HAVE_GLUON:
         tma_load(stat_desc, [bh * padded + q_start], ready.index(slot), stat_ring.index(slot))
 
     @gluon.jit
-    def _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M: gl.constexpr, ORDER: gl.constexpr):
-        """The first row of a program's i-th query tile: in order from q_lo, or, with ORDER ==
-        STAGGERED (never causal), starting at tile rot and wrapping round."""
-        if ORDER == STAGGERED:
-            q_start = q_lo + (i + rot) % n_q_tiles * BLOCK_M
-        else:
-            q_start = q_lo + i * BLOCK_M
-        return q_start
-
-    @gluon.jit
     def _bwd_load(
-        Q, K, V, DO, L2, DELTA, sizes, loads,
-        D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, ORDER: gl.constexpr,
+        Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
     ):  # fmt: skip
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -163,7 +146,7 @@ if HAVE_GLUON:
         for i in range(n_q_tiles):
             slot = i % STAGES
             phase = (i // STAGES) & 1
-            q_start = _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M, ORDER)
+            q_start = q_lo + i * BLOCK_M
             _load_tile(q_desc, l2_desc, q_ring, l2_ring, q_ready, q_free, slot, phase, bh, q_start, padded, D, BLOCK_M)
             _load_tile(do_desc, delta_desc, do_ring, delta_ring, do_ready, do_free, slot, phase, bh, q_start, padded,
                        D, BLOCK_M)  # fmt: skip
@@ -172,11 +155,11 @@ if HAVE_GLUON:
     def _bwd_step(
         i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
         WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-        MASKED: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
+        MASKED: gl.constexpr,
     ):  # fmt: skip
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
         CHUNKS: gl.constexpr = D // 64
@@ -185,7 +168,7 @@ if HAVE_GLUON:
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dv0.type.layout, k_width=2)
         s0 = gl.zeros([64, BLOCK_M], gl.float32, layout=s_layout)
-        q_start = _query_tile(i, q_lo, n_q_tiles, rot, BLOCK_M, ORDER)
+        q_start = q_lo + i * BLOCK_M
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
@@ -215,54 +198,47 @@ if HAVE_GLUON:
             dp, dv0 = warpgroup_mma_wait(0, deps=[dp, dv0])
         ds = (p * (dp - delta[None, :])).to(q_ring.dtype)  # dS^T, unscaled
 
-        if ABLATE != NO_DQ:  # dS^T into shared memory for dQ, once both warpgroups are done with the last one
-            mbarrier.wait(ds_free, (i & 1) ^ 1)
-            ds_smem.index(WG).store(ds)
-            fence_async_shared()
-            mbarrier.arrive(ds_ready, count=1)
+        # dS^T into shared memory for dQ, once both warpgroups are done with the last one
+        mbarrier.wait(ds_free, (i & 1) ^ 1)
+        ds_smem.index(WG).store(ds)
+        fence_async_shared()
+        mbarrier.arrive(ds_ready, count=1)
         ds_a = gl.convert_layout(ds, a_layout)
         dk0 = warpgroup_mma(ds_a, q_ring.index(slot * CHUNKS), dk0, is_async=True)  # dK += dS^T Q
         if CHUNKS == 2:
             dk1 = warpgroup_mma(ds_a, q_ring.index(slot * 2 + 1), dk1, is_async=True)
-        if ABLATE != NO_DQ:
-            # dQ_i = dS K: at D = 128 warpgroup w makes columns 64w ... 64w + 63 from both halves of
-            # dS (both warpgroups' keys); at D = 64 each warpgroup adds its own keys' share
-            mbarrier.wait(ds_ready, i & 1)
-            q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
-            if CHUNKS == 2:
-                dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False,
-                                   is_async=True)  # fmt: skip
-                dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(WG * 2 + 1), dq, is_async=True)
-                dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
-            else:
-                dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False,
-                                   is_async=True)  # fmt: skip
-                dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
-            mbarrier.arrive(ds_free, count=1)
-        elif CHUNKS == 2:
-            dk0, dk1 = warpgroup_mma_wait(0, deps=[dk0, dk1])
+        # dQ_i = dS K: at D = 128 warpgroup w makes columns 64w ... 64w + 63 from both halves of dS
+        # (both warpgroups' keys); at D = 64 each warpgroup adds its own keys' share
+        mbarrier.wait(ds_ready, i & 1)
+        q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
+        if CHUNKS == 2:
+            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False,
+                               is_async=True)  # fmt: skip
+            dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(WG * 2 + 1), dq, is_async=True)
+            dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
         else:
-            dk0 = warpgroup_mma_wait(0, deps=[dk0])
+            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False,
+                               is_async=True)  # fmt: skip
+            dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
+        mbarrier.arrive(ds_free, count=1)
         mbarrier.arrive(q_free.index(slot), count=1)
         mbarrier.arrive(do_free.index(slot), count=1)
 
-        if ABLATE != NO_DQ:  # float32 dQ_i share: registers -> shared memory -> TMA add into global
-            buf = (i % DQ_BUFFERS) * 2 + WG
-            tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
-            dq_smem.index(buf).store(dq)
-            fence_async_shared()
-            if ABLATE == FULL:
-                tma_add(dq_desc, [bh, q_start, WG * (CHUNKS - 1) * 64], dq_smem.index(buf).reshape([1, BLOCK_M, 64]))
+        # float32 dQ_i share: registers -> shared memory -> TMA add into global
+        buf = (i % DQ_BUFFERS) * 2 + WG
+        tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
+        dq_smem.index(buf).store(dq)
+        fence_async_shared()
+        tma_add(dq_desc, [bh, q_start, WG * (CHUNKS - 1) * 64], dq_smem.index(buf).reshape([1, BLOCK_M, 64]))
         return dk0, dk1, dv0, dv1
 
     @gluon.jit
     def _bwd_partition(
         outs, scale, n_masked, sizes, loads, exchange,
-        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-        DQ_BUFFERS: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
+        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
     ):  # fmt: skip
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
-        bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS = sizes
+        bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         DK, DV, DQ = outs
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -276,10 +252,10 @@ if HAVE_GLUON:
         mbarrier.wait(loads[6], 0)  # kv_ready
         for i in range(0, n_masked):
             dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True, ABLATE, ORDER)  # fmt: skip
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True)  # fmt: skip
         for i in range(n_masked, n_q_tiles):
             dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False, ABLATE, ORDER)  # fmt: skip
+                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False)  # fmt: skip
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
@@ -295,7 +271,7 @@ if HAVE_GLUON:
     def _attn_bwd_ws(
         Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, GROUP, scale,
         D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ABLATE: gl.constexpr, ORDER: gl.constexpr,
+        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ORDER: gl.constexpr,
     ):  # fmt: skip
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
@@ -321,7 +297,6 @@ if HAVE_GLUON:
             n_masked = 0
         n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
         n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
-        rot = key_block * n_q_tiles // n_key_blocks  # the first query tile, with ORDER == STAGGERED
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         dtype: gl.constexpr = Q.dtype.element_ty
@@ -349,7 +324,7 @@ if HAVE_GLUON:
             mbarrier.init(do_ready.index(i), count=1)
             mbarrier.init(q_free.index(i), count=2)
             mbarrier.init(do_free.index(i), count=2)
-        sizes = (bh, k_start, q_lo, n_q_tiles, rot, N_QUERIES, N_KEYS, N_SEQS)
+        sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
         outs = (DK, DV, DQ)
@@ -357,13 +332,13 @@ if HAVE_GLUON:
             [
                 (
                     _bwd_partition,
-                    (outs, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE, ORDER),
+                    (outs, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS),
                 ),
                 (
                     _bwd_partition,
-                    (outs, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ABLATE, ORDER),
+                    (outs, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS),
                 ),
-                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES, ORDER)),
+                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
             [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -418,14 +393,12 @@ def supported(q, is_causal, route=True):
     )
 
 
-def constexprs(d, is_causal, ablate=FULL, order=None, n_q=0):
+def constexprs(d, is_causal, order=None, n_q=0):
     """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (by default
-    default_order(is_causal, n_q); STAGGERED is SEQUENCE_MAJOR when causal: the causal walk starts
-    on the diagonal)."""
+    default_order(is_causal, n_q))."""
     order = default_order(is_causal, n_q) if order is None else order
-    order = SEQUENCE_MAJOR if is_causal and order == STAGGERED else order
     return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
-                REGISTERS=REGISTERS, ABLATE=ablate, ORDER=order)  # fmt: skip
+                REGISTERS=REGISTERS, ORDER=order)  # fmt: skip
 
 
 def group_size(n_seqs, n_q, d, l2_budget=L2_BUDGET):
@@ -450,7 +423,7 @@ def _triton_path(kernel):
     return lambda key, grid, *args, **constexprs: kernel[lambda meta: (grid(meta),)](*args, **constexprs)
 
 
-def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=None, l2_budget=L2_BUDGET):
+def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
     """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
     _dq_convert. launchers: the three as callables with the signature of part 5's Launch
     (flash_backward passes its own, which skip Triton's per-call Python); None: Triton's own launch
@@ -463,8 +436,8 @@ def launch(q, k, v, o, do, lse, is_causal, ablate=FULL, order=None, launchers=No
     programs = lambda _: triton.cdiv(n_q, BLOCK_M) * n_seqs  # noqa: E731
     prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M)
     programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
-    meta = constexprs(d, is_causal, ablate, order, n_q)
-    key = (q.device, q.dtype, d, is_causal, int(meta["ABLATE"]), int(meta["ORDER"]))
+    meta = constexprs(d, is_causal, order, n_q)
+    key = (q.device, q.dtype, d, is_causal, int(meta["ORDER"]))
     group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
     main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, group, d**-0.5, **meta)
     dq = torch.empty_like(q)

@@ -15,8 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import bench, results
+from common import results
+from common.impls import impl_label
 from common.results import read_csv
+from common.timing import attention_flops
 
 B, H, N = 4, 8, 4096
 BF16, F32 = 2, 4
@@ -54,7 +56,7 @@ def points(profile_rows):
         if total is None:
             continue
         seconds = float(total["value"]) * 1e-6
-        flops = bench.attention_flops(B, H, N, N, d, causal, pass_)
+        flops = attention_flops(B, H, N, N, d, causal, pass_)
         dram = [dram_bytes(r) for r in rows if r["method"] == "ncu" and r["metric"] in ("DRAM bytes read", "DRAM bytes written")
                 and r["value"] not in ("", None)]  # fmt: skip
         measured = bool(dram) and None not in dram  # each value in its own unit: ncu scales them one by one
@@ -92,7 +94,7 @@ def figure(ceiling_rows, profile_rows):
         color = f"C{i % 10}"
         for j, p in enumerate(q for q in pts if q["target"] == target):
             ax.scatter(p["intensity"], p["tflops"], marker=markers[p["pass_"]], edgecolors=color,
-                       facecolors=color if p["measured"] else "none", label=None if j else bench.impl_label(target))  # fmt: skip
+                       facecolors=color if p["measured"] else "none", label=None if j else impl_label(target))  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per DRAM byte)")

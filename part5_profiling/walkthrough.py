@@ -15,7 +15,8 @@
 # part, and the roofline drawn from them.
 
 # %%
-from common import bench, results
+from common import results
+from common.timing import attention_flops
 from part5_profiling import roofline
 
 GPU_DIR = results.results_dir("h200")
@@ -30,7 +31,7 @@ GPU_DIR = results.results_dir("h200")
 # %%
 for d in (64, 128):
     for pass_ in ("fwd", "bwd"):
-        flops = bench.attention_flops(4, 8, 4096, 4096, d, False, pass_)
+        flops = attention_flops(4, 8, 4096, 4096, d, False, pass_)
         nbytes = roofline.compulsory_bytes(pass_, d)
         print(
             f"D={d:<3} {pass_}: {flops / 1e9:8.1f} GFLOP over {nbytes / 1e6:6.1f} MB: {flops / nbytes:6.0f} FLOPs per byte"

@@ -6,18 +6,18 @@ import dataclasses
 import pytest
 import torch
 
-from common import bench, parts, results
+from common import bench, impls, parts, results, study, timing
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE, needs_gpu
 
 
 def test_flop_count():
     # Two matmuls of 2*N_q*N_k*D each per (batch, head): 4 * 4*8 * 4096*4096 * 64 = 137438953472.
-    assert bench.attention_flops(4, 8, 4096, 4096, 64, False) == 137438953472
-    assert bench.attention_flops(4, 8, 4096, 4096, 64, True) == 137438953472 // 2
+    assert timing.attention_flops(4, 8, 4096, 4096, 64, False) == 137438953472
+    assert timing.attention_flops(4, 8, 4096, 4096, 64, True) == 137438953472 // 2
     # 1*1*10*10*16*4 = 6400 for the forward; the backward counts 2.5 times that, fwd+bwd 3.5 times.
-    assert bench.attention_flops(1, 1, 10, 10, 16, False, "bwd") == 16000
-    assert bench.attention_flops(1, 1, 10, 10, 16, False, "fwd+bwd") == 22400
+    assert timing.attention_flops(1, 1, 10, 10, 16, False, "bwd") == 16000
+    assert timing.attention_flops(1, 1, 10, 10, 16, False, "fwd+bwd") == 22400
 
 
 def _inputs():
@@ -42,7 +42,7 @@ def _counting(impl):
 @pytest.mark.parametrize("mode", bench.MODES)
 def test_a_part_is_checked_then_timed_in_each_mode(part, mode):
     q, k, v, do = _inputs()
-    impl, calls = _counting(bench.part_impl(part))
+    impl, calls = _counting(impls.part_impl(part))
     timed = []
 
     def timer(fn):  # runs the timed call twice, as a real timer would, and counts forwards per call
@@ -55,7 +55,7 @@ def test_a_part_is_checked_then_timed_in_each_mode(part, mode):
     checked = ["O", "L"] if mode == "fwd" else ["O", "dQ", "dK", "dV"]
     assert row["check"].startswith("ok") and [w.split("=")[0] for w in row["check"].split()[1:]] == checked
     assert float(row["ms"]) == 2.0
-    assert row["tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True, mode) / 2.0 * 1e-9:.1f}"
+    assert row["tflops"] == f"{timing.attention_flops(2, 3, 40, 40, 32, True, mode) / 2.0 * 1e-9:.1f}"
     # PyTorch loops (part 0's forward, the backward of parts 0-3) are never graph-timed
     pytorch = not parts.uses_triton(part) or (mode != "fwd" and impl.backward_max_n is not None)
     assert row["graph_ms"] == ("" if pytorch else "1.0000")
@@ -70,7 +70,7 @@ def test_a_wrong_forward_is_not_timed():
     q, k, v, do = _inputs()
     timed = []
     # Non-causal attention passed off as causal.
-    wrong = bench.Impl(name="x", forward=lambda q, k, v, c: {"O": bench.sdpa(q, k, v, False)}, attention=bench.sdpa)
+    wrong = impls.Impl(name="x", forward=lambda q, k, v, c: {"O": impls.sdpa(q, k, v, False)}, attention=impls.sdpa)
     row = bench.measure(_row(), wrong, "fwd", q, k, v, do, True, lambda fn: timed.append(fn) or 1.0)
     assert row["check"].startswith("FAIL") and row["ms"] == "" and not timed
 
@@ -79,7 +79,7 @@ def test_a_wrong_forward_is_not_timed():
 def test_l_is_checked_through_flash_forward(part):
     """O right and L off by 1e-3 is a failure: the forward check compares what flash_forward returns."""
     q, k, v, do = _inputs()
-    good = bench.part_impl(part)
+    good = impls.part_impl(part)
 
     def forward(*args):
         out = good.forward(*args)
@@ -94,19 +94,19 @@ def test_only_the_last_slice_wrong_still_fails():
     q, k, v, do = _inputs()
 
     def forward(q, k, v, c):
-        o = bench.sdpa(q, k, v, c).clone()
+        o = impls.sdpa(q, k, v, c).clone()
         o[-1, -1] += 1e-2
         return {"O": o}
 
-    report = bench.check(bench.Impl(name="x", forward=forward, attention=bench.sdpa), "fwd", q, k, v, do, True)
+    report = bench.check(impls.Impl(name="x", forward=forward, attention=impls.sdpa), "fwd", q, k, v, do, True)
     assert not report.ok and [c.name for c in report] == ["O"]
 
 
 def test_default_backend_is_named():
     q, k, v, _ = make_inputs(Shape((1, 2), 16, 16, 16), torch.float32, DEVICE)
-    assert bench.dispatched_backend(bench.sdpa_fn("default", q, k, v, False)) in {"flash", "cudnn", "efficient", "math"}
-    with bench.sdpa_context("math"):
-        assert bench.dispatched_backend(bench.sdpa_fn("math", q, k, v, False)) == "math"
+    assert impls.dispatched_backend(impls.sdpa_fn("default", q, k, v, False)) in {"flash", "cudnn", "efficient", "math"}
+    with impls.sdpa_context("math"):
+        assert impls.dispatched_backend(impls.sdpa_fn("math", q, k, v, False)) == "math"
 
 
 def test_rows_replace_same_key_in_bench_order(tmp_path):
@@ -135,37 +135,36 @@ def test_a_part_without_a_kernel_is_one_line_and_exit_2(capsys):
 
 
 def test_pytorch_backwards_are_timed_only_where_they_finish():
-    """Parts whose backward is common/backward.py's PyTorch loop run the backward modes up to
-    PYTORCH_BACKWARD_MAX_N and without a CUDA graph; a Triton backward runs everywhere."""
-    n = bench.PYTORCH_BACKWARD_MAX_N
+    """Parts 0-3 run the tiled PyTorch backward (part 4 writes it in Triton): the benchmark times
+    their backward modes up to PYTORCH_BACKWARD_MAX_N and without a CUDA graph; a Triton backward
+    runs everywhere."""
+    n = impls.PYTORCH_BACKWARD_MAX_N
     for part in parts.available():
-        impl = bench.part_impl(part)
-        pytorch_backward = parts.load(part).flash_backward.__module__ == "common.backward"
+        impl = impls.part_impl(part)
+        pytorch_backward = part <= 3
+        assert parts.pytorch_backward(parts.load(part)) == pytorch_backward
         assert impl.runs("bwd", 2 * n) == impl.runs("fwd+bwd", 2 * n) == (not pytorch_backward)
         assert impl.runs("bwd", n) == (impl.max_n is None or n <= impl.max_n)
         assert impl.backward_graph == (parts.uses_triton(part) and not pytorch_backward)
 
 
 @pytest.mark.only_parts(3)
-def test_measure_forward_checks_before_it_times(part, monkeypatch):
+def test_forward_row_checks_before_it_times(part, monkeypatch):
     """The studies' shared step (ablation, launch orders, candidates): a right forward is checked,
     then timed both ways; a wrong one is not timed at all."""
-    import types
-
     timed = []
-    monkeypatch.setattr(bench, "time_ms", lambda fn: timed.append("do_bench") or 2.0)
-    monkeypatch.setattr(bench, "graph_time_ms", lambda fn: timed.append("graph") or 1.0)
+    monkeypatch.setattr(study, "time_ms", lambda fn: timed.append("do_bench") or 2.0)
+    monkeypatch.setattr(study, "graph_time_ms", lambda fn: timed.append("graph") or 1.0)
     q, k, v, _ = _inputs()
-    row = bench.measure_forward(parts.load(part), q, k, v, True)
+    forward = parts.load(part).flash_forward
+    row = study.forward_row(forward, q, k, v, True)
     assert row["check"].startswith("ok") and timed == ["do_bench", "graph"]
     assert (row["ms"], row["graph_ms"]) == ("2.0000", "1.0000")
-    assert row["graph_tflops"] == f"{bench.attention_flops(2, 3, 40, 40, 32, True) / 1.0 * 1e-9:.1f}"
+    assert row["graph_tflops"] == f"{timing.attention_flops(2, 3, 40, 40, 32, True) / 1.0 * 1e-9:.1f}"
     timed.clear()
-    assert "ms" not in bench.measure_forward(parts.load(part), q, k, v, True, do_bench=False) and timed == ["graph"]
+    assert "ms" not in study.forward_row(forward, q, k, v, True, do_bench=False) and timed == ["graph"]
     timed.clear()
-    module = parts.load(part)
-    wrong = types.SimpleNamespace(flash_forward=lambda q, k, v, c: module.flash_forward(q, k, v, not c))
-    row = bench.measure_forward(wrong, q, k, v, True)
+    row = study.forward_row(lambda q, k, v, c: forward(q, k, v, not c), q, k, v, True)
     assert row["check"].startswith("FAIL") and not timed and "graph_ms" not in row
 
 
@@ -174,17 +173,17 @@ def test_flex_attention_is_checked_like_sdpa(monkeypatch):
     the same checks (run eagerly here; the benchmark compiles it)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    monkeypatch.setattr(bench, "_flex", lambda: flex_attention)
-    bench._block_mask.cache_clear()
+    monkeypatch.setattr(impls, "_flex", lambda: flex_attention)
+    impls._block_mask.cache_clear()
     q, k, v, do = make_inputs(Shape((1, 2), 48, 48, 16), torch.float32, "cpu", seed=9)
-    impl = bench.flex_impl()
+    impl = impls.flex_impl()
     modes = ("fwd", "fwd+bwd") if torch.cuda.is_available() else ("fwd",)  # no Flex backward on a CPU
     q, k, v, do = (t.to(DEVICE) for t in (q, k, v, do))
     for causal in (False, True):
         for mode in modes:
             report = bench.check(impl, mode, q, k, v, do, causal)
             assert report.ok, f"causal={causal} {mode}: {report}"
-    assert bench.impl_label(bench.FLEX) == "FlexAttention"
+    assert impls.impl_label(impls.FLEX) == "FlexAttention"
 
 
 @pytest.mark.parametrize(
@@ -199,10 +198,10 @@ def test_time_ms_picks_the_timer_by_call_length(monkeypatch, first_two, path):
 
     script = iter([*first_two, 700.0, 300.0, 500.0])
     flushed = []
-    monkeypatch.setattr(bench, "one_call_ms", lambda fn, flush=None: flushed.append(flush is not None) or next(script))
-    monkeypatch.setattr(bench.torch, "empty", lambda *a, **k: torch.zeros(1))  # the flush buffer, not on a GPU here
+    monkeypatch.setattr(timing, "one_call_ms", lambda fn, flush=None: flushed.append(flush is not None) or next(script))
+    monkeypatch.setattr(timing.torch, "empty", lambda *a, **k: torch.zeros(1))  # the flush buffer, not on a GPU here
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: 1.5)
-    ms = bench.time_ms(lambda: None)
+    ms = timing.time_ms(lambda: None)
     if path == "do_bench":
         assert ms == 1.5 and not any(flushed)
     else:
@@ -219,7 +218,7 @@ def test_slow_calls_are_timed_three_times_after_two():
         calls.append(1)
         torch.cuda._sleep(120_000_000)  # GPU cycles: 60 ms at 2 GHz, longer at lower clocks
 
-    assert bench.time_ms(slow) > 0 and len(calls) == 2 + bench.SLOW_SAMPLES
+    assert timing.time_ms(slow) > 0 and len(calls) == 2 + timing.SLOW_SAMPLES
 
 
 def test_run_gpu_visits_only_the_shapes_asked_for(monkeypatch):
@@ -234,7 +233,7 @@ def test_run_gpu_visits_only_the_shapes_asked_for(monkeypatch):
     monkeypatch.setattr(bench, "measure", fake_measure)
     monkeypatch.setattr(bench, "B", 1)
     monkeypatch.setattr(bench, "H", 1)
-    impl = bench.Impl(name="x", forward=None, attention=None)
+    impl = impls.Impl(name="x", forward=None, attention=None)
     rows = bench.run_gpu([impl], ["fwd", "bwd"], [16, 32], head_dims=(128,), masks=(True,))
     assert seen == [(128, True, n, m) for n in (16, 32) for m in ("fwd", "bwd")] and len(rows) == 4
 
@@ -245,10 +244,10 @@ def test_run_gpu_visits_only_the_shapes_asked_for(monkeypatch):
 def test_lone_backward_replays_from_a_cuda_graph(name):
     """The bwd mode's call (a backward re-run on a retained graph) can be captured and replayed: its
     forward ran on a stream of its own, not on the legacy default stream."""
-    triton_parts = [n for n in parts.available() if parts.load(n).flash_backward.__module__ != "common.backward"]
+    triton_parts = [n for n in parts.available() if not parts.pytorch_backward(parts.load(n))]
     if name == "part" and not triton_parts:
         pytest.skip("no part with a Triton backward yet")
-    impl = bench.part_impl(triton_parts[-1]) if name == "part" else bench.sdpa_impl("flash")
+    impl = impls.part_impl(triton_parts[-1]) if name == "part" else impls.sdpa_impl("flash")
     q, k, v, do = make_inputs(Shape((2, 4), 512, 512, 64), torch.bfloat16, "cuda", seed=1)
     with impl.context():
-        assert bench.graph_time_ms(bench.timed_call(impl, "bwd", q, k, v, do, True)) > 0
+        assert timing.graph_time_ms(bench.timed_call(impl, "bwd", q, k, v, do, True)) > 0

@@ -14,21 +14,32 @@ import torch
 from common import ROOT, parts
 from common.check import check_outputs, check_part
 from common.inputs import STRESS_SCALE, Shape, make_inputs
-from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok
+from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok, deterministic_algorithms
 
 pytestmark = pytest.mark.only_parts(5)
 HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on a Hopper GPU (sm_90) only")
 
 
-def test_gluon_takes_only_the_calls_it_supports(part):
-    gluon = parts.load(part).gluon_attention
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_routing_by_what_ran(part, is_causal):
+    """What each call ran, read back after running it: the Gluon forward and backward take the bf16
+    and fp16 calls at D = 64 and 128 on a Hopper GPU; part 4's tl kernels take every other call
+    (float32, D = 16 and 32, other GPUs, the interpreter), and the backward under deterministic
+    algorithms."""
+    part5 = parts.load(part)
+    dtypes = (torch.float32, torch.float16) if INTERPRET else (torch.float32, torch.float16, torch.bfloat16)
+    for dtype in dtypes:
         for d in (16, 32, 64, 128):
-            q = torch.empty(2, 3, 8, d, dtype=dtype, device=DEVICE)
-            expected = HOPPER and not INTERPRET and dtype != torch.float32 and d in (64, 128)
-            assert gluon.supported(q) == expected, f"{dtype} D={d}"
-    assert not gluon.supported(torch.empty(2, 8, 64, dtype=torch.bfloat16))  # a CPU tensor, never
+            q, k, v, do = make_inputs(Shape((1, 2), 40, 70, d), dtype, DEVICE, seed=d)
+            gluon = HOPPER and dtype != torch.float32 and d in (64, 128)
+            o, lse = part5.flash_forward(q, k, v, is_causal)
+            assert part5.forward_config().startswith("gluon") == gluon, f"{dtype} D={d}: {part5.forward_config()}"
+            part5.flash_backward(q, k, v, o, lse, do, is_causal)
+            assert part5.backward_label() == ("gluon" if gluon else "tl"), f"{dtype} D={d}"
+            with deterministic_algorithms():
+                part5.flash_backward(q, k, v, o, lse, do, is_causal)
+                assert part5.backward_label() == "tl", f"{dtype} D={d}, deterministic"
 
 
 COMPILE = """
@@ -90,7 +101,7 @@ def test_gluon_with_more_tiles_than_programs(part, shape, dtype, is_causal):
     q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=shape.n_q)
     assert part5.gluon_attention.supported(q)
     assert_report_ok(check_part(part5, q, k, v, do, is_causal, grads=False), f"{shape} {dtype}")
-    assert part5.forward_label().startswith("gluon"), "the call should have run the Gluon kernel"
+    assert part5.forward_config().startswith("gluon"), "the call should have run the Gluon kernel"
 
 
 @needs_hopper
@@ -109,22 +120,10 @@ def test_float32_keeps_the_tl_forward(part):
     part5 = parts.load(part)
     q, k, v, do = make_inputs(Shape((2, 3), 300, 300, 64), torch.float32, DEVICE, seed=5)
     assert_report_ok(check_part(part5, q, k, v, do, True, grads=False), "float32")
-    assert part5.forward_label() is None, "float32 should run _attn_fwd (the Gluon kernel takes 16-bit inputs)"
+    assert not part5.forward_config().startswith("gluon"), "float32 should run _attn_fwd (Gluon takes 16-bit inputs)"
 
 
 # ---------------------------------------------------------------------------- the Gluon backward
-def test_gluon_backward_takes_only_the_calls_it_is_routed(part):
-    backward = parts.load(part).gluon_backward
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for d in (16, 32, 64, 128):
-            for causal in (False, True):
-                q = torch.empty(2, 3, 8, d, dtype=dtype, device=DEVICE)
-                runs = HOPPER and not INTERPRET and dtype != torch.float32 and d in (64, 128)
-                assert backward.supported(q, causal, route=False) == runs, f"{dtype} D={d}"
-                assert backward.supported(q, causal) == (runs and (d, causal) in backward.ROUTE), f"{dtype} D={d}"
-    assert backward.ROUTE <= {(64, False), (64, True), (128, False), (128, True)}
-
-
 COMPILE_BWD = """
 import json, triton
 from triton.backends.compiler import GPUTarget
@@ -134,8 +133,7 @@ fn, rows = gb._attn_bwd_ws, []
 types = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DK="*bf16", DV="*bf16", DQ="*fp32", L2="*fp32",
              DELTA="*fp32", scale="fp32")
 orders = [(d, causal, gb.ORDER[causal]) for d in (64, 128) for causal in (False, True)]
-orders += [(128, False, gb.STAGGERED), (64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR),
-           (128, True, gb.GROUPED)]  # the study's others
+orders += [(64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR), (128, True, gb.GROUPED)]  # the study's others
 for d, causal, order in orders:
     cx = gb.constexprs(d, causal, order=order)
     sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
@@ -186,7 +184,7 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
     launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
     dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
-    assert seen["key"] == (q.device, q.dtype, d, True, 0, int(gb.default_order(True, n_q)))
+    assert seen["key"] == (q.device, q.dtype, d, True, int(gb.default_order(True, n_q)))
     assert gb.default_order(True, n_q) == gb.SEQUENCE_MINOR and gb.default_order(True, gb.GROUPED_FROM) == gb.GROUPED
     assert seen["group"] == gb.group_size(n_seqs, n_q, d) == n_seqs  # three short sequences: one group
     mib = 2**20  # Q, dO and float32 dQ: 4 MiB a sequence at N = 4096, D = 128; 16 MiB at 16384
@@ -254,12 +252,11 @@ def test_gluon_backward_routing(part, d, is_causal):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["SEQUENCE_MINOR", "SEQUENCE_MAJOR", "STAGGERED", "GROUPED"])
+@pytest.mark.parametrize("order", ["SEQUENCE_MINOR", "SEQUENCE_MAJOR", "GROUPED"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gluon_backward_orders(part, d, is_causal, order):
-    """The programs in every order compute the same gradients (STAGGERED is SEQUENCE_MAJOR when
-    causal): ragged lengths, N_q != N_k both ways, more key blocks than query tiles and the reverse;
+    """The programs in every order compute the same gradients: ragged lengths, N_q != N_k both ways, more key blocks than query tiles and the reverse;
     GROUPED with a budget of four sequences, so six make a full group and a smaller last one."""
     part5 = parts.load(part)
     for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((3, 2), 1, 1, d)]):

@@ -1,9 +1,7 @@
 """Part 5's cheaper host path: flash_forward keeps what it launches per call signature (dtype,
-shapes, device, causal), check_inputs takes a good call in a few operations (its test is in
-tests/test_bad_inputs.py), and FlashAttention.apply skips autograd's machinery when there is no
-graph to record. None of it may change an answer or an error: a call after another signature must
-not reuse that one's launch, a strided or misaligned input is still copied, and bad input still
-raises the full check's error."""
+shapes, device, causal), and its kernels launch through fast_launch.Launch. None of it may change an
+answer or an error: a call after another signature must not reuse that one's launch, a strided or
+misaligned input is still copied, and bad input still raises the check's error."""
 
 import pytest
 import torch
@@ -145,24 +143,3 @@ def test_one_bad_argument_in_a_known_good_call(part):
         ]:
             with pytest.raises(exc, match=pattern):
                 module.FlashAttention.apply(*args)
-
-
-def test_apply_without_a_graph_matches_autograds_path(part):
-    """With no graph to record, FlashAttention.apply is check_inputs and flash_forward; with one,
-    autograd.Function's apply (O gets a grad_fn, and the backward runs)."""
-    module = parts.load(part)
-    q, k, v, do = make_inputs(SHAPE, torch.float16, DEVICE, seed=6)
-    with torch.no_grad():
-        o = module.FlashAttention.apply(q, k, v, False)
-    assert o.grad_fn is None and not o.requires_grad
-    o_default = module.FlashAttention.apply(q, k, v)  # grad mode on, no input requiring grad
-    assert o_default.grad_fn is None and torch.equal(o_default, o)
-    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    o_graph = module.FlashAttention.apply(*leaves, is_causal=False)
-    assert o_graph.grad_fn is not None and torch.equal(o_graph.detach(), o)
-    grads = torch.autograd.grad(o_graph, leaves, do)
-    assert all(g is not None and g.shape == t.shape for g, t in zip(grads, leaves))
-    with torch.autograd.forward_ad.dual_level(), torch.no_grad():  # autograd.Function's own refusal
-        dual = torch.autograd.forward_ad.make_dual(q, torch.ones_like(q))
-        with pytest.raises(RuntimeError, match="jvp"):
-            module.FlashAttention.apply(dual, k, v, False)

@@ -84,7 +84,7 @@ def test_fast_launch_gives_tritons_bits(part5, dtype, causal):
 
 
 def test_fast_launch_keeps_the_chosen_config(part5):
-    # bench.chosen_config reads the autotuner's best_config; the fast path must leave the right one.
+    # forward_config() reads the autotuner's best_config; the fast path must leave the right one.
     # float32: the tl forward's (on a Hopper GPU bf16 goes to the Gluon kernel, which is not autotuned).
     q64 = make_inputs(Shape((1, 2), 256, 256, 64), torch.float32, DEVICE, seed=3)[:3]
     q128 = make_inputs(Shape((1, 2), 256, 256, 128), torch.float32, DEVICE, seed=4)[:3]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common import parts
-from common.check import check_part
+from common.check import check_outputs, check_part
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE, assert_report_ok
 
@@ -79,24 +79,46 @@ def test_patches_with_lines_that_look_like_headers_apply(part):
 
 
 @pytest.mark.only_parts(3)
-def test_launch_order_study_matches_the_kernel(part):
-    """launch_order.py recognises the order part 3 ships for each case, so its CSV's shipped column
-    cannot silently mark the wrong row after the kernel changes."""
-    from part3_inner_loop import launch_order
+def test_study_kernel_is_part3_with_its_switches_at_rest(part):
+    """The studies' copy of part 3's forward (variants.py), ORDER and P_PRODUCT at their defaults,
+    gives part 3's O and L bit for bit, causal and not, ragged; and the orders the launch-order
+    study marks as shipped are the ones the copy runs by default."""
+    from part3_inner_loop import variants
 
-    assert launch_order.shipped_order(True) == "tile-major, last tile first"
-    assert launch_order.shipped_order(False) == "sequence-major"
+    module = parts.load(part)
+    q, k, v, _ = make_inputs(Shape((2, 3), 100, 77, 32), torch.float32, DEVICE, seed=11)
+    for causal in (False, True):
+        got, want = variants.flash_forward(q, k, v, causal), module.flash_forward(q, k, v, causal)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), f"causal={causal}"
+    assert variants.ORDERS[variants.SHIPPED_ORDER[True]] == variants.TILE_MAJOR_LAST_FIRST
+    assert variants.ORDERS[variants.SHIPPED_ORDER[False]] == variants.SEQUENCE_MAJOR
 
 
 @pytest.mark.only_parts(3)
-@pytest.mark.parametrize("order", range(4))
+@pytest.mark.parametrize("order", ["sequence-major", "sequence-major, last tile first", "tile-major, last tile first",
+                                   "tile-major in groups of 4 sequences, last tile first"])  # fmt: skip
 def test_every_launch_order_is_correct(part, order):
-    """Each variant the study times computes the same attention (ragged N, N_q != N_k, causal)."""
-    from part3_inner_loop import launch_order
+    """Each order the launch-order study times computes the same attention (ragged N, N_q != N_k,
+    causal; more query tiles than sequences and the reverse; a last group of fewer than 4)."""
+    from part3_inner_loop import variants
 
-    assert len(launch_order.ORDERS) == 4, "a new order: extend the parametrisation above"
-    module = parts.load_source(f"test_order_{order}", launch_order.variant_source(list(launch_order.ORDERS)[order]))
-    for causal in (False, True):  # ragged N, N_q != N_k, more query tiles than sequences and the reverse
+    assert len(variants.ORDERS) == 4, "a new order: extend the parametrisation above"
+    forward = variants.forward(order=variants.ORDERS[order])
+    for causal in (False, True):
         for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16)):
             q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=7)
-            assert_report_ok(check_part(module, q, k, v, do, causal, grads=False), f"{order} {shape}")
+            o, lse = forward(q, k, v, causal)
+            assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), f"{order} {shape}")
+
+
+@pytest.mark.only_parts(3)
+@pytest.mark.parametrize("product", ["P float32, TF32 product", "P float32, IEEE product"])
+def test_p_kept_in_float32_still_computes_attention(part, product):
+    """The P-cast study's variants: P kept in float32 (V widened), product TF32 or IEEE, are attention too."""
+    from part3_inner_loop import variants
+
+    forward = variants.forward(p_product=variants.P_PRODUCTS[product])
+    q, k, v, do = make_inputs(Shape((2, 3), 100, 77, 32), torch.float16, DEVICE, seed=13)
+    for causal in (False, True):
+        o, lse = forward(q, k, v, causal)
+        assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), f"{product} causal={causal}")

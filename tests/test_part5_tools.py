@@ -1,12 +1,15 @@
 """Part 5's profiling tools, on any machine: the parsing, the arithmetic and the variants they time.
 What needs a GPU (the timings, the counters) says so and exits cleanly without one."""
 
+import types
+
 import pytest
 import torch
 
-from common import parts, results, runtime, variants
-from common.check import check_part
+from common import parts, results, runtime, study
+from common.check import check_outputs
 from common.inputs import Shape, make_inputs
+from common.reference import attention_reference
 from common.results import write_csv
 from tests.helpers import DEVICE, assert_report_ok
 
@@ -21,7 +24,7 @@ NCU_CSV = """==PROF== Connected to process 123
 
 
 def test_ncu_csv_is_parsed_with_its_units():
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     launches, units = profile.parse_ncu_csv(NCU_CSV)
     assert len(launches) == 1
@@ -30,15 +33,8 @@ def test_ncu_csv_is_parsed_with_its_units():
     assert profile.parse_ncu_csv("==ERROR== no table here\n") == ([], {})
 
 
-def test_stall_reasons_are_ranked():
-    from part5_profiling import profile
-
-    stalls = sorted(m for m in NCU_CSV.split('"') if profile.STALL.fullmatch(m.removesuffix(".ratio")))
-    assert [profile.STALL.fullmatch(m.removesuffix(".ratio")).group(1) for m in stalls] == ["long_scoreboard", "wait"]
-
-
 def test_occupancy_names_its_limit():
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     props = {"max_num_regs": 65536, "max_shared_mem": 232448}
     # 8 warps = 256 threads: threads allow 8 programs, 128 registers allow 2, 64 KiB of shared memory allow 3
@@ -47,7 +43,7 @@ def test_occupancy_names_its_limit():
 
 
 def test_roofline_points_measured_and_modelled(tmp_path):
-    from common import bench
+    from common.timing import attention_flops
     from part5_profiling import roofline
 
     base = dict(D=128, causal=0, note="", **META)
@@ -62,7 +58,7 @@ def test_roofline_points_measured_and_modelled(tmp_path):
              metric="time per call", value=2000.0, unit="us"),
     ]  # fmt: skip
     pts = {p["target"]: p for p in roofline.points(results.read_csv(_write(tmp_path, rows)))}
-    flops = bench.attention_flops(4, 8, 4096, 4096, 128, False)
+    flops = attention_flops(4, 8, 4096, 4096, 128, False)
     assert pts["part4"]["measured"] and pts["part4"]["intensity"] == pytest.approx(flops / 150e6)
     assert pts["part4"]["tflops"] == pytest.approx(flops / 1e-3 * 1e-12)
     assert not pts["sdpa_cudnn"]["measured"]  # no counters: the compulsory bytes, read Q K V O dO L, write dQ dK dV D
@@ -76,14 +72,14 @@ def test_roofline_points_measured_and_modelled(tmp_path):
 
 
 def _write(tmp_path, rows):
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     write_csv(tmp_path / "part5_profile.csv", rows, profile.FIELDS)
     return tmp_path / "part5_profile.csv"
 
 
 def test_launch_cost_groups():
-    from part5_profiling.launch_cost import group_of
+    from part5_profiling.tools.launch_cost import group_of
 
     assert group_of("/r/common/validate.py") == "input checks"
     assert group_of("/v/site-packages/triton/runtime/autotuner.py") == "autotuner"
@@ -93,57 +89,63 @@ def test_launch_cost_groups():
     assert group_of("~") == "PyTorch tensor operations and the rest"
 
 
-@pytest.mark.parametrize("variant", ["original", "Q K^T twice", "P V twice", "exp2 twice", "no exp2"])
-def test_stage_variants_build_and_run(variant):
-    """Every variant is part 4's kernel with its lines replaced; the original still computes attention."""
-    from part5_profiling import stages
+def test_stage_variants_do_what_they_say():
+    """The stages study's switch (forward_variants.STAGE), on ragged causal inputs: the original is
+    part 4's forward bit for bit; "P V twice" doubles O; "Q K^T twice" is attention with doubled
+    scores; "exp2 twice" adds 2^-64 of each exponential (O as before); "no exp2" changes O."""
+    from part5_profiling.tools import forward_variants as fv
 
-    module = parts.load_source(f"test_stage_{list(stages.VARIANTS).index(variant)}", stages.variant_source(variant))
     q, k, v, do = make_inputs(Shape((1, 2), 70, 90, 32), torch.float32, DEVICE, seed=3)
-    if variant == "original":
-        assert_report_ok(check_part(module, q, k, v, do, True, grads=False), "the original kernel")
-    else:
-        o, _ = module.flash_forward(q, k, v, True)
-        assert o.shape == q.shape
+    o, lse = parts.load(4).flash_forward(q, k, v, True)
+    out = {name: fv.flash_forward(q, k, v, True, stage) for name, stage in fv.STAGES.items() if name != "no exp2"}
+    assert torch.equal(out["original"][0], o) and torch.equal(out["original"][1], lse)
+    torch.testing.assert_close(out["P V twice"][0], 2 * o)
+    doubled, _ = attention_reference(q * 2, k, v, True, dtype=torch.float64)
+    torch.testing.assert_close(out["Q K^T twice"][0].double(), doubled, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out["exp2 twice"][0], o)
+    with pytest.warns(RuntimeWarning, match="log2"):  # L = m + log2(l) of a negative l: "no exp2" is timed only
+        o_none, _ = fv.flash_forward(q, k, v, True, fv.NO_EXP2)
+    assert not torch.allclose(o_none, o)
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
 @pytest.mark.parametrize("name", ["profile", "ceilings", "launch_cost", "stages", "candidates", "gluon_study"])
-def test_gpu_tools_say_what_they_need(name, capsys):
+def test_gpu_tools_say_what_they_need_and_write_nothing(name, capsys, tmp_path, monkeypatch):
+    """Without a GPU a study says in one line what it needs, exits cleanly, and leaves the results alone."""
     import importlib
 
-    module = importlib.import_module(f"part5_profiling.{name}")
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    module = importlib.import_module(f"part5_profiling.tools.{name}")
     argv = ["--part", "4"] if name == "profile" else []
     assert module.main(argv) == 0
-    assert "GPU" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "GPU" in out and "Traceback" not in out
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the interpreter's refusal")
 def test_compiled_needs_the_compiler(capsys):
     """Under the interpreter (this process on a CPU) nothing is compiled: the tool says how to run it."""
-    from part5_profiling import compiled
+    from part5_profiling.tools import compiled
 
     assert compiled.main([]) == 2
     assert "TRITON_INTERPRET=0" in capsys.readouterr().out
 
 
-def test_check_and_time_backward(monkeypatch):
+def test_backward_row(monkeypatch):
     """The backward studies' shared step: right gradients are checked, tested for repeatable bits and
-    timed; wrong ones are not timed; an ablation is timed unchecked."""
-    from common import bench
-    from part5_profiling import candidates
-
-    monkeypatch.setattr(bench, "graph_time_ms", lambda fn: 2.0)
+    timed; wrong ones are not timed; a variant that computes something else on purpose is timed unchecked."""
+    monkeypatch.setattr(study, "graph_time_ms", lambda fn: 2.0)
     part = parts.load(4)
     q, k, v, do = make_inputs(Shape((1, 2), 40, 56, 32), torch.float32, DEVICE, seed=8)
     o, lse = part.flash_forward(q, k, v, True)
     right = lambda: part.flash_backward(q, k, v, o, lse, do, True)  # noqa: E731
     wrong = lambda: tuple(t * 2 for t in right())  # noqa: E731
-    row = candidates.check_and_time_backward(right, o, lse, q, k, v, do, True, flops=4e9)
+    row = study.backward_row(right, o, lse, q, k, v, do, True, flops=4e9)
     assert row["check"].startswith("ok") and row["repeatable"] == 1 and row["graph_tflops"] == "2.0"
-    row = candidates.check_and_time_backward(wrong, o, lse, q, k, v, do, True, flops=4e9)
+    row = study.backward_row(wrong, o, lse, q, k, v, do, True, flops=4e9)
     assert row["check"].startswith("FAIL") and "graph_ms" not in row
-    row = candidates.check_and_time_backward(wrong, o, lse, q, k, v, do, True, flops=4e9, checked=False)
+    row = study.backward_row(wrong, o, lse, q, k, v, do, True, flops=4e9, check=False)
     assert row["check"].startswith("not checked") and row["graph_ms"] == "2.0000"
 
 
@@ -158,8 +160,8 @@ def test_compiled_reads_a_binary_off_the_compiler():
 
     from common import ROOT
 
-    code = ("import json; from part5_profiling import candidates, compiled; m = candidates.load('part 4'); "
-            "print(json.dumps(compiled.compile_forward(m, 64, True, m.TUNED[1])))")  # fmt: skip
+    code = ("import json; from part5_profiling.tools import compiled, forward_variants as fv; "
+            "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, fv.TUNED[1])))")  # fmt: skip
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -170,7 +172,7 @@ def test_compiled_reads_a_binary_off_the_compiler():
 
 
 def test_profile_refuses_a_missing_part(capsys):
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     assert profile.main(["--part", "9"]) == 2
     assert "part 9 does not exist" in capsys.readouterr().err
@@ -200,32 +202,39 @@ def test_every_candidate_computes_attention(name):
     multiple of 128, which one candidate runs without masks). Float32 here, on a GPU too, so the
     compiled products are IEEE ones, not the bf16 tensor-core path that Triton warp-specializes:
     the candidates study checks every candidate in bf16 before it times it (and drops what fails)."""
-    from part5_profiling import candidates
+    from part5_profiling.tools import forward_variants as fv
 
-    assert list(candidates.CANDIDATES) == CANDIDATE_NAMES, "a new candidate: add it to CANDIDATE_NAMES"
-    module = candidates.load(name)
+    assert list(fv.CANDIDATES) == CANDIDATE_NAMES, "a new candidate: add it to CANDIDATE_NAMES"
+    forward = fv.forward(candidate=fv.CANDIDATES[name])
     for causal in (False, True):
         for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16), Shape((1, 2), 72, 256, 16)):
             q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
-            assert_report_ok(check_part(module, q, k, v, do, causal, grads=False), f"candidate {name} {shape}")
+            o, lse = forward(q, k, v, causal)
+            assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), f"candidate {name} {shape}")
 
 
-@pytest.mark.parametrize("name", ["part 4", "dQ by TMA reduce-add"])
-def test_every_backward_candidate_computes_the_gradients(name):
+@pytest.mark.parametrize("dq_by_tma", [False, True], ids=["part 4", "dQ by TMA reduce-add"])
+def test_every_backward_candidate_computes_the_gradients(dq_by_tma):
     """The backward's candidates keep dQ, dK, dV: ragged (both sides, N_q != N_k) and causal."""
-    from part5_profiling import candidates
+    from part5_profiling.tools import backward_variants as bv
 
-    assert list(candidates.BWD_CANDIDATES) == ["part 4", "dQ by TMA reduce-add"], "a new candidate: add it above"
-    module = variants.load(4, candidates.BWD_CANDIDATES[name], f"test_bwd_candidate_{name.replace(' ', '_')}")
+    part = types.SimpleNamespace(
+        flash_forward=parts.load(4).flash_forward,
+        flash_backward=lambda *args: bv.flash_backward(*args, dq_by_tma=dq_by_tma),
+        FlashAttention=None,
+    )
     for causal in (False, True):
         for shape in (Shape((2, 3), 70, 90, 32), Shape((1, 2), 100, 37, 16)):
             q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=7)
-            assert_report_ok(check_part(module, q, k, v, do, causal, grads=True), f"{name} {shape} causal={causal}")
+            o, lse = part.flash_forward(q, k, v, causal)
+            grads = part.flash_backward(q, k, v, o, lse, do, causal)
+            out = {"O": o, "L": lse, **dict(zip(("dQ", "dK", "dV"), grads))}
+            assert_report_ok(check_outputs(out, q, k, v, do, causal), f"dq_by_tma={dq_by_tma} {shape} causal={causal}")
 
 
 def test_part5_tables(tmp_path):
     """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
-    from part5_profiling import candidates, ceilings, compiled, gluon_study, launch_cost, profile, report, stages
+    from part5_profiling.tools import candidates, ceilings, compiled, gluon_study, launch_cost, profile, report, stages
 
     write_csv(tmp_path / "part5_ceilings.csv", [
         dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
@@ -317,7 +326,7 @@ def test_ncu_rows_from_a_run(monkeypatch):
     their units, stalls are ranked, and a failed run becomes one 'unavailable' row saying why."""
     import subprocess
 
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     calls = []
 
@@ -343,30 +352,33 @@ def test_ncu_rows_from_a_run(monkeypatch):
 
 
 def test_profile_refuses_the_pytorch_part(capsys):
-    from part5_profiling import profile
+    from part5_profiling.tools import profile
 
     assert profile.main(["--part", "0"]) == 2
     assert "part0" in capsys.readouterr().err
 
 
 def test_time_forwards_rows_errors_and_saves(monkeypatch):
-    """The studies' shared loop: one row per module and shape, with the row's own columns; a module
+    """The studies' shared loop: one row per forward and shape, with the row's own columns; a forward
     that raises gets an error check and the loop goes on; save() runs after every shape."""
-    from common import bench, variants
 
-    def measure(module, q, k, v, causal, do_bench=True):
-        if module == "broken":
-            raise RuntimeError("out of resources: shared memory\nmore detail")
+    def forward_row(forward, q, k, v, causal, do_bench=True):
+        return forward(q)
+
+    def fine(q):
         return {"check": "ok", "graph_ms": f"{q.shape[-2] / 1000:.4f}"}
 
-    monkeypatch.setattr(bench, "measure_forward", measure)
+    def broken(q):
+        raise RuntimeError("out of resources: shared memory\nmore detail")
+
+    monkeypatch.setattr(study, "forward_row", forward_row)
     saved = []
-    rows = variants.time_forwards({"fine": "fine", "broken": "broken"}, lambda label, causal: dict(name=label, c=causal),
-                                  (16, 32), head_dims=(16,), b=1, h=1, save=lambda rows: saved.append(len(rows)))  # fmt: skip
+    rows = study.time_forwards({"fine": fine, "broken": broken}, lambda label, causal: dict(name=label, c=causal),
+                               (16, 32), head_dims=(16,), b=1, h=1, save=lambda rows: saved.append(len(rows)))  # fmt: skip
     assert len(rows) == 2 * 2 * 2 and saved == [2, 4, 6, 8]
-    fine = [r for r in rows if r["name"] == "fine"]
-    assert [(r["causal"], r["N"], r["graph_ms"]) for r in fine] == [(0, 16, "0.0160"), (0, 32, "0.0320"),
-                                                                  (1, 16, "0.0160"), (1, 32, "0.0320")]  # fmt: skip
+    fine_rows = [r for r in rows if r["name"] == "fine"]
+    assert [(r["causal"], r["N"], r["graph_ms"]) for r in fine_rows] == [(0, 16, "0.0160"), (0, 32, "0.0320"),
+                                                                       (1, 16, "0.0160"), (1, 32, "0.0320")]  # fmt: skip
     assert all(r["c"] == bool(r["causal"]) for r in rows)
     assert {r["check"] for r in rows if r["name"] == "broken"} == {
         "error: RuntimeError: out of resources: shared memory"

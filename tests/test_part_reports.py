@@ -91,7 +91,7 @@ def test_part4_tables_and_figures(part, tmp_path):
 
 @pytest.mark.only_parts(4)
 def test_part4_mode_table_adds_flex_when_measured(part, tmp_path):
-    from common import bench
+    from common import bench, impls
     from part4_backward import report
 
     rows = [dict(impl=impl, part=p, B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, mode="fwd+bwd", ms=ms,
@@ -99,7 +99,7 @@ def test_part4_mode_table_adds_flex_when_measured(part, tmp_path):
             for impl, p, ms in (("part4", 4, 1.0), ("sdpa_flash", "", 2.0), ("sdpa_cudnn", "", 0.5))]  # fmt: skip
     write_csv(tmp_path / "bench.csv", rows, bench.FIELDS)
     assert "Flex" not in report.table_mode(tmp_path, "fwd+bwd")
-    rows.append(dict(rows[1], impl=bench.FLEX, ms=1.25))
+    rows.append(dict(rows[1], impl=impls.FLEX, ms=1.25))
     write_csv(tmp_path / "bench.csv", rows, bench.FIELDS)
     table = report.table_mode(tmp_path, "fwd+bwd")
     assert "| part 4 / Flex |" in table and table.splitlines()[-1].endswith("| 125% |") and len(_columns(table)) == 1

@@ -2,14 +2,14 @@
 merging writer, what each plot draws from which rows, the tables, the README blocks, and the
 mistakes that must stop the report before it changes anything."""
 
-import importlib
 import json
 import re
 import types
 
 import pytest
 
-from common import ROOT, bench, parts, report, results
+from common import ROOT, bench, report, results
+from common.timing import attention_flops
 
 META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="test")
 BASE = {"part1": 40, "part2": 300, "sdpa_flash": 280, "sdpa_cudnn": 450}
@@ -21,7 +21,7 @@ def _tf(impl, d, c, n):
 
 
 def _ms(n, d, c, tflops, mode="fwd"):
-    return bench.attention_flops(4, 8, n, n, d, c, mode) / (tflops * 1e9)
+    return attention_flops(4, 8, n, n, d, c, mode) / (tflops * 1e9)
 
 
 def _bench_csv(folder):
@@ -172,14 +172,17 @@ def test_common_imports_no_particular_part():
 
 
 # ------------------------------------------------------------------------------------ part 2's report
-def _part2_report():
-    return importlib.import_module(f"{parts.folder(2).name}.report")
+def _sweep_report():
+    from common import sweep_report
+
+    return sweep_report
 
 
 def _sweep_rows(part, groups, fail_tile=None):
     """Part 2's plan at H200 limits, every survivor 'ok' at bm*bn/100 + warps + stages/10 TFLOP/s
     (so a tile is at its best with its most warps and stages that fit), fail_tile failing its check."""
-    from part2_tile_tuning.sweep import Forward, plan
+    from common.sweep import plan
+    from part2_tile_tuning.sweep import Forward
 
     rows = []
     for d, c in groups:
@@ -194,7 +197,7 @@ def _sweep_rows(part, groups, fail_tile=None):
 
 @pytest.mark.only_parts(2)
 def test_heatmap_shows_each_tiles_best_and_why_the_others_are_empty(part):
-    rep = _part2_report()
+    rep = _sweep_report()
     rows = _sweep_rows(part, [(64, 0)], fail_tile=(32, 32))
     ax = rep.heatmaps_figure(rows, "title").axes[0]
     grid = ax.images[0].get_array()
@@ -213,7 +216,7 @@ def test_heatmap_shows_each_tiles_best_and_why_the_others_are_empty(part):
 
 @pytest.mark.only_parts(2)
 def test_stages_table_follows_each_groups_winner(part, tmp_path):
-    rep = _part2_report()
+    rep = _sweep_report()
     rows = _sweep_rows(part, [(64, 0), (64, 1), (128, 0)])
     for r in rows:
         if r["status"] == "ok":
@@ -222,7 +225,7 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
     device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
                   max_threads_per_multi_processor=2048)  # fmt: skip
     (tmp_path / "part2_device.json").write_text(json.dumps(device))
-    lines = [line for line in rep.table_sweep_stages(tmp_path).splitlines() if re.match(r"\| \d", line)]
+    lines = [line for line in rep.table_sweep_stages(tmp_path, "part2").splitlines() if re.match(r"\| \d", line)]
     # The largest tile that fits wins. D=64: 256 x 128 with 8 warps: 256*(64+128)/256 = 192 registers;
     # Q takes 256*64*2 = 32 KB, K and V 2*128*64*2 = 32 KB a stage, so even 5 stages (192 KB) fit.
     # The causal group's winner is the same tile and warps, so it adds no row. D=128: 256 x 128 needs
@@ -240,7 +243,7 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
 def test_sweep_waves_count_the_programs_the_grid_launches(part, tmp_path):
     """Waves = programs / (programs per SM x SMs), with one program per BLOCK_M rows by default and
     per BLOCK_N rows for a kernel that holds a key tile (the backward's dK/dV)."""
-    rep = _part2_report()
+    rep = _sweep_report()
     rows = [r for r in _sweep_rows(part, [(64, 0)]) if r["status"] == "ok"]
     for r in rows:
         r.update(smem_compiled=r["smem_est"], regs=128)

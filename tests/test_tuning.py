@@ -44,7 +44,8 @@ VERDICTS = [
 @pytest.mark.only_parts(2)
 @pytest.mark.parametrize("limit, d, block_m, block_n, warps, stages, verdict", VERDICTS)
 def test_sweep_plan_verdicts(part, limit, d, block_m, block_n, warps, stages, verdict):
-    from part2_tile_tuning.sweep import Forward, plan
+    from common.sweep import plan
+    from part2_tile_tuning.sweep import Forward
 
     rows = plan(Forward(), d, False, limit)
     assert len(rows) == 5 * 5 * 3 * 5  # BLOCK_M, BLOCK_N, warps, stages
@@ -57,7 +58,8 @@ def test_sweep_measure_poisons_checks_then_times(part):
     """Two configurations on one set of outputs: the second one's launch skips its last query tile.
     Only because the outputs are poisoned with NaN before each launch does it fail, instead of
     passing on the numbers the first one left behind."""
-    from part2_tile_tuning.sweep import Forward, measure
+    from common.sweep import measure
+    from part2_tile_tuning.sweep import Forward
 
     class Small(Forward):
         B, H, N, dtype = 1, 2, 64, torch.float32
@@ -103,7 +105,7 @@ H200_DEVICE = dict(regs_per_multiprocessor=65536, shared_memory_per_multiprocess
     ],
 )
 def test_programs_per_sm(part, warps, regs, smem, programs):
-    from part2_tile_tuning.report import programs_per_sm
+    from common.sweep_report import programs_per_sm
 
     assert programs_per_sm(dict(num_warps=warps, regs=regs, smem_compiled=smem), H200_DEVICE) == programs
 

@@ -1,8 +1,8 @@
 """Profile a part's kernels (or an SDPA backend's) at fixed shapes: what each kernel costs and why.
 
-    python -m part5_profiling.profile --part 4          # make profile PART=4
-    python -m part5_profiling.profile --sdpa cudnn      # an SDPA backend, pinned (flash, cudnn, ...)
-    python -m part5_profiling.profile --part 4 --no-ncu # without hardware counters
+    python -m part5_profiling.tools.profile --part 4          # make profile PART=4
+    python -m part5_profiling.tools.profile --sdpa cudnn      # an SDPA backend, pinned (flash, cudnn, ...)
+    python -m part5_profiling.tools.profile --part 4 --no-ncu # without hardware counters
 
 Shapes: B=4, H=8, N=4096, D = 64 and 128, causal and not, bf16. Passes: the forward; the backward
 too where it is a kernel of its own (from part 4 on, and SDPA), timed from the saved forward.
@@ -32,8 +32,10 @@ import types
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import impls, parts, results, runtime
+from common.bench import timed_call
 from common.inputs import Shape, make_inputs
+from common.timing import attention_flops
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
@@ -72,8 +74,8 @@ NCU_FINAL = ("ERR_NVGPUCTRPERM", "not on the PATH", "timed out")
 def target_impl(target):
     """'part4' or 'sdpa_cudnn' -> the benchmark's Impl for it (the same calls the benchmark times)."""
     if target.startswith("part"):
-        return bench.part_impl(int(target.removeprefix("part")))
-    return bench.sdpa_impl(target.removeprefix("sdpa_"))
+        return impls.part_impl(int(target.removeprefix("part")))
+    return impls.sdpa_impl(target.removeprefix("sdpa_"))
 
 
 def has_backward_kernels(target):
@@ -81,8 +83,7 @@ def has_backward_kernels(target):
     backward (parts 0-3 borrow common/backward.py, thousands of small PyTorch launches)."""
     if not target.startswith("part"):
         return True
-    module = parts.load(int(target.removeprefix("part")))
-    return module.flash_backward.__module__ == module.__name__
+    return not parts.pytorch_backward(parts.load(int(target.removeprefix("part"))))
 
 
 def passes(target):
@@ -94,7 +95,7 @@ def call_for(impl, pass_, d, causal):
     backward on one retained graph (the benchmark's bwd mode)."""
     q, k, v, do = make_inputs(Shape((B, H), N, N, d), torch.bfloat16, runtime.DEVICE, seed=d + causal)
     mode = "fwd" if pass_ == "fwd" else "bwd"
-    fn = bench.timed_call(impl, mode, q, k, v, do, causal)
+    fn = timed_call(impl, mode, q, k, v, do, causal)
     if pass_ == "bwd":
         return fn
 
@@ -131,7 +132,7 @@ def cupti_rows(target, impl, pass_, d, causal):
             per_kernel.setdefault(event.name, []).append(event.time_range.elapsed_us())
     if not per_kernel:
         raise RuntimeError("the profiler recorded no GPU kernel (CUPTI activity records unavailable?)")
-    flops = bench.attention_flops(B, H, N, N, d, causal, pass_)
+    flops = attention_flops(B, H, N, N, d, causal, pass_)
     total_us = sum(sum(times) for times in per_kernel.values()) / REPEATS
     base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="cupti")
     rows = []
@@ -181,9 +182,6 @@ def compiler_rows(target, impl, pass_, d, causal):
     torch.cuda.synchronize()
     props = triton_tools.device_properties()
     rows, seen = [], set()
-    for launcher in vars(module).values():  # part 5's Launch: its fast path skips the run() launched() sees
-        if isinstance(getattr(launcher, "known", None), dict):
-            launcher.known.clear()  # so this call goes through Triton's path (and the launcher learns again)
     for name, compiled in triton_tools.launched(triton_kernels(module).values(), fn):
         if name in seen:
             continue
@@ -246,7 +244,7 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
     def run_ncu(metrics):
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
                "--launch-count", str(NCU_MAX_LAUNCHES), "--csv",
-               "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m", "part5_profiling.profile",
+               "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m", "part5_profiling.tools.profile",
                "--child", target, pass_, str(d), str(int(causal))]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
         return out, *parse_ncu_csv(out.stdout)
@@ -303,7 +301,7 @@ def guarded(base, method, measure, *args):
     try:
         return measure(*args)
     except Exception as e:  # a backend refusing a shape, a compile error: recorded, not fatal
-        return [dict(base, method=method, metric="error", note=bench.why(e))]
+        return [dict(base, method=method, metric="error", note=results.why(e))]
 
 
 def profile(targets, use_ncu, save=None):
@@ -345,7 +343,7 @@ def profile(targets, use_ncu, save=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable)")
-    ap.add_argument("--sdpa", action="append", choices=[b for b in bench.SDPA_BACKENDS if b != "default"],
+    ap.add_argument("--sdpa", action="append", choices=[b for b in impls.SDPA_BACKENDS if b != "default"],
                     help="an SDPA backend (repeatable)")  # fmt: skip
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--child", nargs=4, metavar=("TARGET", "PASS", "D", "CAUSAL"), help=argparse.SUPPRESS)

@@ -1,9 +1,9 @@
 """What the compiler makes of part 4's forward and of each candidate, on any machine, GPU or not.
 
-    TRITON_INTERPRET=0 python -m part5_profiling.compiled    # results/h200/part5_compiled.csv
+    TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled    # results/h200/part5_compiled.csv
 
 Triton's compiler and the ptxas it ships run on the CPU: this compiles each candidate's forward
-(candidates.py) for sm_90, the H200's architecture, at every configuration its autotuner could
+(candidates.py: forward_variants.py with its CANDIDATE switch) for sm_90, the H200's architecture, at every configuration its autotuner could
 pick (those that fit in shared memory), and reads off the binary what a profiler would need the GPU
 for: whether it compiled, whether Triton split the warps into a producer and consumers (warp
 specialization), how many warps it launches, registers per thread, bytes spilled to the stack, and
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from common import bench, results, runtime
+from common import results, runtime, triton_tools
 
 ARCH = 90  # sm_90: Hopper, the H200
 HEAD_DIMS = (64, 128)
@@ -48,16 +48,21 @@ def resources(cubin):
     return int(found[1]), int(found[2])
 
 
-def compile_forward(module, d, causal, config):
-    """One row: the module's _attn_fwd compiled for sm_90 at this D, mask and configuration."""
+def compile_forward(candidate, d, causal, config):
+    """One row: forward_variants' _attn_fwd with this CANDIDATE compiled for sm_90 at this D, mask and
+    configuration (WS_WHOLE_TILES runs a non-causal call of whole tiles: the benchmark's shapes)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = module._attn_fwd.fn  # under the autotuner, the JIT function
+    from part5_profiling.tools import forward_variants as fv
+
+    fn = triton_tools.jit_function(fv._attn_fwd)
     names = fn.arg_names
     constexpr_names = {names[i] for i in fn.constexprs}
-    values = dict(D=d, IS_CAUSAL=causal, DOT_PRECISION="tf32", WHOLE_TILES=not causal, **config.kwargs)
+    whole = candidate == fv.WS_WHOLE_TILES and not causal
+    values = dict(D=d, IS_CAUSAL=causal, DOT_PRECISION="tf32", STAGE=fv.ORIGINAL, CANDIDATE=candidate,
+                  WHOLE_TILES=whole, **config.kwargs)  # fmt: skip
     signature = {n: "constexpr" if n in constexpr_names else TYPES.get(n, "i32") for n in names}
     constexprs = {n: values[n] for n in names if n in constexpr_names}
     row = dict(D=d, causal=int(causal), **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages,
@@ -78,18 +83,18 @@ def compile_forward(module, d, causal, config):
 
 
 def run(names, save=None):
-    from part5_profiling import candidates
+    from part5_profiling.tools import forward_variants as fv
 
     meta, rows = results.provenance(), []
     for name in names:
-        module = candidates.load(name)
+        candidate = fv.CANDIDATES[name]
         for d in HEAD_DIMS:
             for causal in (False, True):
                 bf16 = dict(Q=torch.empty(0, dtype=torch.bfloat16))
-                for config in module.fits_in_smem(module.TUNED, bf16, D=d):  # the autotuner's own pruning
-                    row = dict(compile_forward(module, d, causal, config), candidate=name, **meta)
+                for config in fv.fits_in_smem(fv.configs(candidate), bf16, D=d):  # the autotuner's own pruning
+                    row = dict(compile_forward(candidate, d, causal, config), candidate=name, **meta)
                     rows.append(row)
-                    print(f"{name:<30} D={d:<3} causal={causal:d} {bench.config_label(config)}  "
+                    print(f"{name:<30} D={d:<3} causal={causal:d} {triton_tools.config_label(config)}  "
                           f"{row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
                           f"warps={row.get('warps_launched', '-')} regs={row.get('registers', '-')} "
                           f"stack={row.get('stack_bytes', '-')}", flush=True)  # fmt: skip
@@ -99,10 +104,10 @@ def run(names, save=None):
 
 
 def main(argv=None):
-    from part5_profiling import candidates
+    from part5_profiling.tools import forward_variants as fv
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--candidate", action="append", choices=list(candidates.CANDIDATES),
+    ap.add_argument("--candidate", action="append", choices=list(fv.CANDIDATES),
                     help="compile this candidate (repeatable); default: all")  # fmt: skip
     ap.add_argument("--out", help="folder for part5_compiled.csv (default: $RESULTS_DIR, else results/h200)")
     args = ap.parse_args(argv)
@@ -111,7 +116,7 @@ def main(argv=None):
         return 2
     # sm_90 is the H200's architecture, whichever machine compiles: its results folder by default.
     os.environ["RESULTS_DIR"] = str(args.out or os.environ.get("RESULTS_DIR") or results.results_dir("h200"))
-    names = args.candidate or list(candidates.CANDIDATES)
+    names = args.candidate or list(fv.CANDIDATES)
     broken = lambda r: r["candidate"] == "part 4" and r["status"] != "ok"  # noqa: E731  (a candidate may fail: a finding)
     return results.write_as_measured("part5_compiled.csv", FIELDS, lambda save: run(names, save), broken, key=KEY)
 

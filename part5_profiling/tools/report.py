@@ -13,7 +13,7 @@ from part5_profiling import roofline
 def table_ceilings(gpu_dir):
     rows = read_csv(gpu_dir / "part5_ceilings.csv")
     body = [[r["ceiling"], r["shape"], f"{r['value']:,}", r["unit"], r["method"]] for r in rows]
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.ceilings && make report"), "",
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.ceilings && make report"), "",
                       markdown_table(["ceiling", "shape", "value", "unit", "how"], body, "llrll")])  # fmt: skip
 
 
@@ -59,7 +59,7 @@ def table_profile(gpu_dir):
                      tensor if tensor is not None else "—", stall or "—", "yes" if ncu_ok else "no"])  # fmt: skip
     header = ["target", "pass", "D", "causal", "GPU us per call", "TFLOP/s", "registers per thread", "spills",
               "tensor pipe %", "top stall", "counters"]  # fmt: skip
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.profile --part N && make report"), "",
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.profile --part N && make report"), "",
                       "B=4, H=8, N=4096, bf16. GPU time: CUPTI kernel records, all of a pass's kernels; registers: "
                       "the compiled Triton kernels; tensor pipe and stalls: ncu, where it could read the counters.",
                       "", markdown_table(header, body, "llrlrrlrrll")])  # fmt: skip
@@ -79,7 +79,7 @@ def table_launch_cost(gpu_dir):
             for p, m, n in keys]  # fmt: skip
     groups = [r for r in rows if r["group"]]
     group_body = [[r["part"], r.get("mode") or "fwd", r["group"], r["us"]] for r in groups]
-    out = [provenance_line(rows, "python -m part5_profiling.launch_cost && make report"), "",
+    out = [provenance_line(rows, "python -m part5_profiling.tools.launch_cost && make report"), "",
            "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
            "fwd+bwd: the forward and torch.autograd.grad):", "",
            markdown_table(["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench",
@@ -99,7 +99,7 @@ def table_stages(gpu_dir):
         cells = [index.get((v, d, c)) for v in variants]
         if any(cells):
             body.append([d, yes_no(c), *(_stage_cell(r) for r in cells)])
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.stages && make report"), "",
+    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.stages && make report"), "",
                       f"Part 4's forward, N={rows[0]['N']}, B=4, H=8, bf16: microseconds (CUDA-graph replay), and in "
                       "brackets the difference from the original:", "",
                       markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants))])  # fmt: skip
@@ -115,7 +115,7 @@ def _stage_cell(row):
 
 
 def table_candidates(gpu_dir):
-    return _candidates_table(read_csv(gpu_dir / "part5_candidates.csv"), "python -m part5_profiling.candidates",
+    return _candidates_table(read_csv(gpu_dir / "part5_candidates.csv"), "python -m part5_profiling.tools.candidates",
                              "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:")  # fmt: skip
 
 
@@ -126,14 +126,14 @@ def table_bwd_candidates(gpu_dir):
                "counts 2.5 times the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. dQ bit for "
                "bit the same in two calls: " + ", ".join(f"{name} {'yes' if r else 'no'}" for name, r in repeatable.items())
                + ":")  # fmt: skip
-    return _candidates_table(rows, "python -m part5_profiling.candidates --backward", caption)
+    return _candidates_table(rows, "python -m part5_profiling.tools.candidates --backward", caption)
 
 
 def table_gluon(gpu_dir):
     rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in read_csv(gpu_dir / "part5_gluon.csv")]
     caption = ("Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16: part 4's tl kernel, the Gluon kernel's variants "
                "and SDPA's cuDNN backend from one run, each with its fraction of cuDNN's speed:")  # fmt: skip
-    return _candidates_table(rows, "python -m part5_profiling.gluon_study", caption)
+    return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
 
 def table_gluon_bwd(gpu_dir):
@@ -152,7 +152,7 @@ def table_gluon_bwd(gpu_dir):
         "Gluon, sequence-major, staggered",
         "Gluon, grouped",
     ]
-    return _candidates_table(rows, "python -m part5_profiling.gluon_study --backward", caption, first)
+    return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study --backward", caption, first)
 
 
 def _candidates_table(rows, command, caption, first=("part 4",)):
@@ -183,7 +183,7 @@ def table_compiled(gpu_dir):
             warps = ", ".join(str(w) for w in sorted({r["warps_launched"] for r in ok})) or "—"
             body.append([name, d, f"{len(ok)} of {len(group)}", sum(r["warp_specialized"] for r in ok), warps,
                          _span([r["registers"] for r in ok]), _span([r["stack_bytes"] for r in ok])])  # fmt: skip
-    return "\n".join([provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.compiled && make report"), "",
+    return "\n".join([provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled && make report"), "",
                       f"The forward of each candidate compiled for {rows[0]['arch']} at every configuration its autotuner "
                       "could pick (causal and not), read off the binary:", "",
                       markdown_table(["candidate", "D", "compiled", "warp-specialized", "warps launched",

@@ -1,10 +1,10 @@
 """The Gluon forward's two choices, each measured: how many softmax warpgroups share one K/V tile
 (2: 128 query rows per program; 3: 192), and the persistent grid (one program per SM, each taking
 query tiles in turn) against one program per query tile. With --backward, the Gluon backward
-(gluon_backward.py) against part 4's two kernels, with two ablations that say where its time goes.
+(gluon_backward.py) against part 4's two kernels, in each order its programs can take.
 
-    python -m part5_profiling.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
-    python -m part5_profiling.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
+    python -m part5_profiling.tools.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
+    python -m part5_profiling.tools.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
 
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
@@ -14,23 +14,25 @@ warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when
 share the register file.
 
 The backward's rows time flash_backward alone, from the forward's O and L, by CUDA-graph replay:
-part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with dQ made and staged but not added
-into global memory, and with no dQ at all (the two ablations compute something else on purpose and
-are not checked), the Gluon kernel with its programs in each order part 5 does not take for that
-call (gluon_backward.default_order: sequence-major without a mask; causal, sequence-minor below
-N = 8192 and grouped from there, grouped meaning sequences side by side in groups that fit in L2,
-key block by key block; staggered starts only without a mask), and SDPA cuDNN's backward
-(autograd's, from a retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5
-times the forward's FLOPs.
+part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with its programs in each order part 5
+does not take for that call (gluon_backward.default_order: sequence-major without a mask; causal,
+sequence-minor below N = 8192 and grouped from there, grouped meaning sequences side by side in
+groups that fit in L2, key block by key block), and SDPA cuDNN's backward (autograd's, from a
+retained graph, as the benchmark's bwd mode runs it). The backward counts 2.5 times the forward's
+FLOPs. Rows of two earlier studies stay in the CSV, from commits that had the switches: the kernel
+with dQ made but not added, or with no dQ at all (ablations: they computed something else on
+purpose), and a staggered order without a mask (within 2% of sequence-major, so the switch went).
 """
 
-import argparse
 import functools
 import sys
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import impls, results, runtime, study
+from common.bench import each_shape, timed_call
+from common.check import check_slices
+from common.timing import attention_flops, graph_time_ms, tflops
 
 B, H = 4, 8
 SEQ_LENS = (4096, 8192, 16384)
@@ -72,12 +74,13 @@ def gluon_forward(warpgroups, persistent):
 
 
 def run(seq_lens, save=None):
-    part4 = parts.load(4)
-    cudnn = bench.sdpa_impl("cudnn")
+    from part5_profiling.tools import forward_variants
+
+    cudnn = impls.sdpa_impl("cudnn")
     meta, rows = results.provenance(), []
-    for d, causal, n, (q, k, v, _) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
-        flops = bench.attention_flops(B, H, n, n, d, causal)
-        calls = {"part 4": part4.flash_forward}  # the tl forward
+    for d, causal, n, (q, k, v, _) in each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+        flops = attention_flops(B, H, n, n, d, causal)
+        calls = {"part 4": forward_variants.forward()}  # part 4's tl forward, which part 5 keeps
         calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
         shape_rows = []
         for name, forward in calls.items():
@@ -85,20 +88,20 @@ def run(seq_lens, save=None):
             try:
                 with torch.no_grad():
                     o, lse = forward(q, k, v, causal)
-                    report = bench.check_slices({"O": o, "L": lse}, q, k, v, causal)
-                    row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
+                    report = check_slices({"O": o, "L": lse}, q, k, v, causal)
+                    row["check"] = study.checked(report)
                     if report.ok:
-                        ms = bench.graph_time_ms(functools.partial(forward, q, k, v, causal))
-                        row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+                        ms = graph_time_ms(functools.partial(forward, q, k, v, causal))
+                        row.update(graph_ms=f"{ms:.4f}", graph_tflops=tflops(flops, ms))
             except Exception as e:  # a configuration the compiler refuses: say why, go on
-                row["check"] = f"error: {bench.why(e)}"
+                row["check"] = f"error: {results.why(e)}"
             shape_rows.append(row)
         row = dict(variant="SDPA cuDNN", B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
-        with bench.sdpa_context("cudnn"), torch.no_grad():
-            report = bench.check_slices({"O": cudnn.attention(q, k, v, causal)}, q, k, v, causal)
-            row["check"] = ("ok " if report.ok else "FAIL ") + str(report)
-            ms = bench.graph_time_ms(functools.partial(cudnn.attention, q, k, v, causal))
-        row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}")
+        with impls.sdpa_context("cudnn"), torch.no_grad():
+            report = check_slices({"O": cudnn.attention(q, k, v, causal)}, q, k, v, causal)
+            row["check"] = study.checked(report)
+            ms = graph_time_ms(functools.partial(cudnn.attention, q, k, v, causal))
+        row.update(graph_ms=f"{ms:.4f}", graph_tflops=tflops(flops, ms))
         shape_rows.append(row)
         for r in shape_rows:
             if r.get("graph_ms"):
@@ -111,7 +114,7 @@ def run(seq_lens, save=None):
     return rows
 
 
-def gluon_backward(ablate, order=None):
+def gluon_backward(order=None):
     """flash_backward(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the Gluon backward (its
     programs in `order`, part 5's default_order by default)."""
     from part5_profiling import flash_attention, gluon_backward
@@ -119,48 +122,43 @@ def gluon_backward(ablate, order=None):
     def backward(Q, K, V, O, L, dO, causal):
         q, k, v, o, do = (flash_attention._as_sequences(t) for t in (Q, K, V, O, dO))
         lse = L.reshape(q.shape[:-1]).contiguous()
-        dq, dk, dv = gluon_backward.launch(q, k, v, o, do, lse, causal, ablate, order)
+        dq, dk, dv = gluon_backward.launch(q, k, v, o, do, lse, causal, order)
         return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
     return backward
 
 
 def run_backward(seq_lens, save=None):
-    from part5_profiling import candidates
     from part5_profiling import gluon_backward as gb
+    from part5_profiling.tools import backward_variants, forward_variants
 
-    part4 = parts.load(4)
-    cudnn = bench.sdpa_impl("cudnn")
-    calls = {"part 4": (part4.flash_backward, True), "Gluon, one pass": (gluon_backward(gb.FULL), True),
-             "Gluon, dQ not added (ablation)": (gluon_backward(gb.NO_DQ_ADD), False),
-             "Gluon, no dQ (ablation)": (gluon_backward(gb.NO_DQ), False)}  # fmt: skip
+    cudnn = impls.sdpa_impl("cudnn")
+    calls = {"part 4": backward_variants.flash_backward, "Gluon, one pass": gluon_backward()}
     orders = {"Gluon, sequence-minor": gb.SEQUENCE_MINOR, "Gluon, sequence-major": gb.SEQUENCE_MAJOR,
-              "Gluon, sequence-major, staggered": gb.STAGGERED, "Gluon, grouped": gb.GROUPED}  # fmt: skip
-    calls.update({name: (gluon_backward(gb.FULL, order), True) for name, order in orders.items()})
+              "Gluon, grouped": gb.GROUPED}  # fmt: skip
+    calls.update({name: gluon_backward(order) for name, order in orders.items()})
     meta, rows = results.provenance(), []
-    for d, causal, n, (q, k, v, do) in bench.each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
-        flops = bench.attention_flops(B, H, n, n, d, causal, "bwd")
-        o, lse = part4.flash_forward(q, k, v, causal)
+    for d, causal, n, (q, k, v, do) in each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+        flops = attention_flops(B, H, n, n, d, causal, "bwd")
+        o, lse = forward_variants.flash_forward(q, k, v, causal)
         shape_rows = []
-        for name, (backward, checked) in calls.items():
-            if causal and orders.get(name) == gb.STAGGERED:  # a causal walk starts on the diagonal: no stagger
-                continue
+        for name, backward in calls.items():
             if orders.get(name) == gb.default_order(causal, n):  # "Gluon, one pass" already runs in this order
                 continue
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
                 call = functools.partial(backward, q, k, v, o, lse, do, causal)
-                row.update(candidates.check_and_time_backward(call, o, lse, q, k, v, do, causal, flops, checked))
+                row.update(study.backward_row(call, o, lse, q, k, v, do, causal, flops))
             except Exception as e:  # a configuration the compiler refuses: say why, go on
-                row["check"] = f"error: {bench.why(e)}"
+                row["check"] = f"error: {results.why(e)}"
             shape_rows.append(row)
         row = dict(candidate="SDPA cuDNN", B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
         try:
-            with bench.sdpa_context("cudnn"):
-                ms = bench.graph_time_ms(bench.timed_call(cudnn, "bwd", q, k, v, do, causal))
-            row.update(graph_ms=f"{ms:.4f}", graph_tflops=f"{flops / ms * 1e-9:.1f}", check="checked by the benchmark")
+            with impls.sdpa_context("cudnn"):
+                ms = graph_time_ms(timed_call(cudnn, "bwd", q, k, v, do, causal))
+            row.update(graph_ms=f"{ms:.4f}", graph_tflops=tflops(flops, ms), check="checked by the benchmark")
         except Exception as e:
-            row["check"] = f"error: {bench.why(e)}"
+            row["check"] = f"error: {results.why(e)}"
         shape_rows.append(row)
         times = {r["candidate"]: float(r["graph_ms"]) for r in shape_rows if r.get("graph_ms")}
         for r in shape_rows:
@@ -177,10 +175,8 @@ def run_backward(seq_lens, save=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, action="append", help=f"sequence length (repeatable); default {SEQ_LENS}")
-    ap.add_argument("--backward", action="store_true", help="the Gluon backward: part5_gluon_bwd.csv")
-    args = ap.parse_args(argv)
+    extra = [(("--backward",), dict(action="store_true", help="the Gluon backward: part5_gluon_bwd.csv"))]
+    args = study.arguments(__doc__, argv, n=SEQ_LENS, extra=extra)
     from part5_profiling import gluon_attention
 
     if not gluon_attention.supported(torch.empty(1, 1, 64, dtype=torch.bfloat16, device=runtime.DEVICE)):
@@ -188,9 +184,8 @@ def main(argv=None):
         print(f"The Gluon {which} runs on a Hopper GPU (sm_90) with Triton's compiler: nothing to time here.")
         return 0
     if args.backward:
-        run_them = lambda save: run_backward(args.n or SEQ_LENS, save)  # noqa: E731
-        return results.write_as_measured("part5_gluon_bwd.csv", BWD_FIELDS, run_them, key=BWD_KEY)
-    return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n or SEQ_LENS, save), key=KEY)
+        return study.write("part5_gluon_bwd.csv", BWD_FIELDS, lambda save: run_backward(args.n, save), key=BWD_KEY)
+    return study.write("part5_gluon.csv", FIELDS, lambda save: run(args.n, save), key=KEY)
 
 
 if __name__ == "__main__":

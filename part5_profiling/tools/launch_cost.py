@@ -1,6 +1,6 @@
 """What one call costs on the host, against what its kernels cost on the GPU.
 
-    python -m part5_profiling.launch_cost           # GPU: results/<gpu>/part5_launch_cost.csv
+    python -m part5_profiling.tools.launch_cost     # GPU: results/<gpu>/part5_launch_cost.csv
 
 Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU together) fall far
 under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
@@ -35,8 +35,11 @@ from contextlib import nullcontext
 
 import torch
 
-from common import bench, parts, results, runtime
+from common import impls, parts, results, study
+from common.bench import timed_call
 from common.inputs import Shape, make_inputs
+from common.runtime import DEVICE
+from common.timing import graph_time_ms, time_ms
 
 B, H, D = 4, 8, 128
 SEQ_LENS = (512, 1024, 2048, 4096)
@@ -92,12 +95,12 @@ def host_us(fn, rounds=5):
 def sdpa_calls(backend, n):
     """{mode: the call to time} for SDPA pinned to one backend, as the benchmark times it: the
     yardstick for host time (its launch path is C++)."""
-    impl = bench.sdpa_impl(backend)
-    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
-    with bench.sdpa_context(backend):  # the bwd mode runs its forward here: on this backend
+    impl = impls.sdpa_impl(backend)
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
+    with impls.sdpa_context(backend):  # the bwd mode runs its forward here: on this backend
         # SDPA's backward has no direct call: bench's bwd mode runs it through autograd
         modes = {"fwd": "fwd", "bwd, autograd": "bwd", "fwd+bwd": "fwd+bwd"}
-        return {mode: bench.timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
+        return {mode: timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
 
 
 def calls(n_part, n):
@@ -105,21 +108,19 @@ def calls(n_part, n):
     if isinstance(n_part, str):  # "sdpa_flash", "sdpa_cudnn"
         return sdpa_calls(n_part.removeprefix("sdpa_"), n)
     module = parts.load(n_part)
-    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, runtime.DEVICE, seed=n)
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
 
     def fwd():
         with torch.no_grad():
             return module.FlashAttention.apply(q, k, v, False)
 
     out = {"fwd": fwd}
-    if module.flash_backward.__module__ == module.__name__:  # a Triton backward of its own
+    if not parts.pytorch_backward(module):  # a Triton backward of its own
         o, lse = module.flash_forward(q, k, v, False)
         out["bwd"] = lambda: module.flash_backward(q, k, v, o, lse, do, False)
-        impl = bench.part_impl(n_part)
-        out["bwd, autograd"] = bench.timed_call(
-            impl, "bwd", q, k, v, do, False
-        )  # the same backward, as training runs it
-        out["fwd+bwd"] = bench.timed_call(impl, "fwd+bwd", q, k, v, do, False)
+        impl = impls.part_impl(n_part)
+        out["bwd, autograd"] = timed_call(impl, "bwd", q, k, v, do, False)  # the same backward, as training runs it
+        out["fwd+bwd"] = timed_call(impl, "fwd+bwd", q, k, v, do, False)
     return out
 
 
@@ -129,11 +130,11 @@ def measure(fn, with_groups):
     fn()  # compile and autotune
     measured, notes = {}, []
     try:
-        measured["gpu_us"] = bench.graph_time_ms(fn) * 1e3
+        measured["gpu_us"] = graph_time_ms(fn) * 1e3
     except Exception as e:
-        notes.append(f"no graph timing: {bench.why(e)}")
+        notes.append(f"no graph timing: {results.why(e)}")
     measured["host_us"] = host_us(fn)
-    measured["call_us"] = bench.time_ms(fn) * 1e3
+    measured["call_us"] = time_ms(fn) * 1e3
     return measured, notes, host_groups(fn) if with_groups else {}
 
 
@@ -142,15 +143,15 @@ def run(part_numbers, save=None):
     rows = []
     for n_part in part_numbers:
         sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn": pinned while measured, not profiled
-        context = functools.partial(bench.sdpa_context, n_part.removeprefix("sdpa_")) if sdpa else nullcontext
+        context = functools.partial(impls.sdpa_context, n_part.removeprefix("sdpa_")) if sdpa else nullcontext
         for n in SEQ_LENS:
             try:
                 modes = calls(n_part, n)
             except Exception as e:  # the part's first forward failed: say why, go on
                 rows.append(
-                    dict(part=n_part, mode="", N=n, D=D, group="", what=f"error: {bench.why(e)}", us="", **meta)
+                    dict(part=n_part, mode="", N=n, D=D, group="", what=f"error: {results.why(e)}", us="", **meta)
                 )
-                print(f"part {n_part} N={n:>5}  error: {bench.why(e)}", flush=True)
+                print(f"part {n_part} N={n:>5}  error: {results.why(e)}", flush=True)
                 continue
             for mode, fn in modes.items():
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
@@ -159,8 +160,8 @@ def run(part_numbers, save=None):
                     with context():
                         measured, notes, groups = measure(fn, with_groups=groups_too)
                 except Exception as e:  # a mode that fails: say why, go on
-                    rows.append(dict(base, what=f"error: {bench.why(e)}", us=""))
-                    print(f"part {n_part} {mode:<7} N={n:>5}  error: {bench.why(e)}", flush=True)
+                    rows.append(dict(base, what=f"error: {results.why(e)}", us=""))
+                    print(f"part {n_part} {mode:<7} N={n:>5}  error: {results.why(e)}", flush=True)
                     continue
                 rows += [dict(base, what=what, us=f"{us:.1f}") for what, us in measured.items()]
                 rows += [dict(base, what=note, us="") for note in notes]
@@ -188,11 +189,10 @@ def main(argv=None):
         print(e, file=sys.stderr)
         return 2
     numbers += [] if args.no_sdpa else [f"sdpa_{b}" for b in args.sdpa or ("flash", "cudnn")]
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("Launch cost is measured against a GPU's kernels: it needs a CUDA GPU.")
+    if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
-    return results.write_as_measured("part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed)
+    return study.write("part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed=failed)
 
 
 if __name__ == "__main__":

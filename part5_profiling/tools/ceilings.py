@@ -1,7 +1,7 @@
 """The roofline's ceilings, measured on this GPU: how fast it multiplies bf16 matrices and how fast
 it moves bytes, beside the datasheet.
 
-    python -m part5_profiling.ceilings     # GPU: results/<gpu>/part5_ceilings.csv
+    python -m part5_profiling.tools.ceilings     # GPU: results/<gpu>/part5_ceilings.csv
 
 Matrix products (torch.matmul, bf16 in, bf16 out, float32 accumulation): the two products of
 attention at the benchmark's shapes, batched over B*H = 32 sequences (S = Q K^T: (N x D)(D x N);
@@ -11,12 +11,13 @@ Timing: CUDA-graph replay, median (the GPU's time alone). Random inputs (zeros r
 tensor cores draw less power on them and the clock stays higher).
 """
 
-import argparse
 import sys
 
 import torch
 
-from common import bench, results, runtime
+from common import results, study
+from common.runtime import DEVICE
+from common.timing import graph_time_ms
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
@@ -33,10 +34,10 @@ def matmul_rows(meta):
     shapes += [(f"O = P V, {B * H} x ({N} x {N})({N} x {d})", (B * H, N, N), (B * H, N, d)) for d in HEAD_DIMS]
     shapes += [(f"square, ({SQUARE} x {SQUARE})({SQUARE} x {SQUARE})", (SQUARE, SQUARE), (SQUARE, SQUARE))]
     for label, a_shape, b_shape in shapes:
-        a = torch.randn(a_shape, dtype=torch.bfloat16, device=runtime.DEVICE)
-        b = torch.randn(b_shape, dtype=torch.bfloat16, device=runtime.DEVICE)
+        a = torch.randn(a_shape, dtype=torch.bfloat16, device=DEVICE)
+        b = torch.randn(b_shape, dtype=torch.bfloat16, device=DEVICE)
         flops = 2 * a.numel() * b.shape[-1]  # 2 * batch * M * K * N
-        ms = bench.graph_time_ms(lambda a=a, b=b: torch.matmul(a, b))
+        ms = graph_time_ms(lambda a=a, b=b: torch.matmul(a, b))
         rows.append(dict(ceiling="bf16 matmul", shape=label, value=f"{flops / ms * 1e-9:.1f}", unit="TFLOP/s",
                          method="measured: torch.matmul, CUDA-graph replay, median", **meta))  # fmt: skip
         print(f"{label:<48} {flops / ms * 1e-9:8.1f} TFLOP/s", flush=True)
@@ -45,9 +46,9 @@ def matmul_rows(meta):
 
 
 def copy_rows(meta):
-    src = torch.empty(COPY_BYTES // 2, dtype=torch.bfloat16, device=runtime.DEVICE).normal_()
+    src = torch.empty(COPY_BYTES // 2, dtype=torch.bfloat16, device=DEVICE).normal_()
     dst = torch.empty_like(src)
-    ms = bench.graph_time_ms(lambda: dst.copy_(src))
+    ms = graph_time_ms(lambda: dst.copy_(src))
     tbs = 2 * COPY_BYTES / ms * 1e-9  # bytes read + bytes written, per second, in TB/s
     print(f"{'copy, 4 GiB':<48} {tbs:8.2f} TB/s (read + written)", flush=True)
     return [dict(ceiling="memory bandwidth", shape="copy of 4 GiB", value=f"{tbs:.2f}", unit="TB/s",
@@ -62,9 +63,8 @@ def datasheet_rows(meta):
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("The ceilings are measured on a CUDA GPU; without one, the committed results/ are what there is.")
+    study.arguments(__doc__, argv)
+    if not study.on_gpu("The ceilings are measured on the GPU (the committed results/ hold the H200's)"):
         return 0
     meta = results.provenance()
     rows = matmul_rows(meta) + copy_rows(meta) + datasheet_rows(meta)
