@@ -41,8 +41,30 @@ SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SEQ_LENS = (1024, 4096)
 DTYPE = torch.bfloat16
 MODES = ("fwd", "fwd+bwd", "bwd")
-FIELDS = ["impl", "part", "B", "H", "N", "D", "dtype", "causal", "mode", "ms", "tflops", "graph_ms", "graph_tflops",
-          "backend", "check", "gpu", "torch", "triton", "commit", "date", "run_id", "command"]  # fmt: skip
+FIELDS = [
+    "impl",
+    "part",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "mode",
+    "ms",
+    "tflops",
+    "graph_ms",
+    "graph_tflops",
+    "backend",
+    "check",
+    "gpu",
+    "torch",
+    "triton",
+    "commit",
+    "date",
+    "run_id",
+    "command",
+]
 KEY = ("impl", "B", "H", "N", "D", "dtype", "causal", "mode")
 
 
@@ -132,13 +154,25 @@ def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False
     for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, masks):
         for mode in modes:
             for impl in (i for i in impls if i.runs(mode, n)):
-                row = dict(impl=impl.name, part="" if impl.part is None else impl.part, B=B, H=H, N=n, D=d,
-                           dtype="bf16", causal=int(causal), mode=mode, **meta)  # fmt: skip
+                row = dict(
+                    impl=impl.name,
+                    part="" if impl.part is None else impl.part,
+                    B=B,
+                    H=H,
+                    N=n,
+                    D=d,
+                    dtype="bf16",
+                    causal=int(causal),
+                    mode=mode,
+                    **meta,
+                )
                 with impl.context():
                     rows.append(measure(row, impl, mode, q, k, v, do, causal, time_ms, graph_time_ms))
-                print(f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {row['ms'] or '-':>9} ms "
-                      f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {row['ms'] or '-':>9} ms "
+                    f"{row['tflops'] or '-':>7} TFLOP/s (graph {row['graph_tflops'] or '-':>7})  {row['check']}",
+                    flush=True,
+                )
         if save is not None:
             save(rows)
     return rows
@@ -169,8 +203,10 @@ def run_cpu(part_numbers):
                 start = time.perf_counter()
                 report = check(impl, mode, q, k, v, do, causal)
                 ok &= report.ok
-                print(f"part {n} {str(dtype)[6:]:>7} causal={causal:d} {mode:<7} {shape}: {report}  "
-                      f"({time.perf_counter() - start:.1f} s)")  # fmt: skip
+                print(
+                    f"part {n} {str(dtype)[6:]:>7} causal={causal:d} {mode:<7} {shape}: {report}  "
+                    f"({time.perf_counter() - start:.1f} s)"
+                )
     print(
         "checks " + ("passed" if ok else "FAILED") + ". Timings need a CUDA GPU: on a CPU the Triton parts run in "
         "Triton's interpreter, which is orders of magnitude slower and says nothing about kernel speed."

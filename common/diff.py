@@ -30,8 +30,10 @@ def main(argv=None):
         return 2
     missing = [m for m in (n - 1, n) if m not in parts.available()]
     if missing:
-        print(f"part {missing[0]} ({parts.folder(missing[0]).name}) has no kernel yet, so there is nothing to diff; "
-              "its README.md says what is coming")  # fmt: skip
+        print(
+            f"part {missing[0]} ({parts.folder(missing[0]).name}) has no kernel yet, so there is nothing to diff; "
+            "its README.md says what is coming"
+        )
         return 2
     steps = sorted((parts.folder(n) / "steps").glob("*.diff"))
     if args.step is not None:
@@ -43,8 +45,12 @@ def main(argv=None):
         return 0
     old, new = parts.folder(n - 1), parts.folder(n)
     a, b = parts.path(n - 1), parts.path(n)
-    diff = difflib.unified_diff(a.read_text().splitlines(keepends=True), b.read_text().splitlines(keepends=True),
-                                fromfile=str(a.relative_to(ROOT)), tofile=str(b.relative_to(ROOT)))  # fmt: skip
+    diff = difflib.unified_diff(
+        a.read_text().splitlines(keepends=True),
+        b.read_text().splitlines(keepends=True),
+        fromfile=str(a.relative_to(ROOT)),
+        tofile=str(b.relative_to(ROOT)),
+    )
     try:
         sys.stdout.writelines(diff)
     except BrokenPipeError:  # `make diff PART=3 | head`: the reader has seen enough

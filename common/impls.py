@@ -21,8 +21,13 @@ PYTORCH_PART_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time p
 # 4096 pairs at N = 4096 (over a second per call, B=4, H=8), four times as many at 8192.
 PYTORCH_BACKWARD_MAX_N = 4096
 MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of bf16 at N = 16384
-SDPA_BACKENDS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient",
-                 "math": "SDPA math", "default": "SDPA default"}  # fmt: skip
+SDPA_BACKENDS = {
+    "flash": "SDPA flash (FA2)",
+    "cudnn": "SDPA cuDNN",
+    "efficient": "SDPA efficient",
+    "math": "SDPA math",
+    "default": "SDPA default",
+}
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
 
 
@@ -102,8 +107,12 @@ def sdpa_context(name):
     all timed calls: entering it per call would add its Python cost to every timing."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    pinned = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-              "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}  # fmt: skip
+    pinned = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
     return contextlib.nullcontext() if name == "default" else sdpa_kernel([pinned[name]])
 
 

@@ -111,8 +111,11 @@ def vs_sdpa_figure(rows):
     def panel(ax, d, c):
         for impl in (i for i in impls_in(rows) if i in part_impls):
             for base, style in (("sdpa_flash", "-o"), ("sdpa_cudnn", "--s")):
-                pts = [(n, 100 * idx[(impl, d, c, n)] / idx[(base, d, c, n)]) for n in ns
-                       if (impl, d, c, n) in idx and (base, d, c, n) in idx]  # fmt: skip
+                pts = [
+                    (n, 100 * idx[(impl, d, c, n)] / idx[(base, d, c, n)])
+                    for n in ns
+                    if (impl, d, c, n) in idx and (base, d, c, n) in idx
+                ]
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"{impl_label(impl)} / {impl_label(base)}", markersize=4)
         ax.axhline(100, color="gray", lw=0.8)
@@ -136,8 +139,13 @@ def table_overview(gpu_dir):
     idx = tflops_index(rows)
     header = ["implementation", "D=64", "D=64 causal", "D=128", "D=128 causal"]
     body = [[impl_label(impl), *(tflops(idx.get((impl, d, c, 4096))) for d, c in PANELS)] for impl in impls_in(rows)]
-    out = [provenance_line(rows, "make bench && make report"), "",
-           "Forward TFLOP/s at N = 4096 (B=4, H=8, bf16):", "", markdown_table(header, body, "lrrrr")]  # fmt: skip
+    out = [
+        provenance_line(rows, "make bench && make report"),
+        "",
+        "Forward TFLOP/s at N = 4096 (B=4, H=8, bf16):",
+        "",
+        markdown_table(header, body, "lrrrr"),
+    ]
     untimed = [impl for impl in impls_in(rows) if all(idx.get((impl, d, c, 4096)) is None for d, c in PANELS)]
     if untimed:
         out += ["", f"—: not timed at N = 4096 ({', '.join(map(impl_label, untimed))}; bench.csv has what was timed)."]
@@ -155,8 +163,13 @@ def table_part(gpu_dir, part):
     ns = sorted({r["N"] for r in rows})
     chosen = {(r["D"], r["causal"], r["N"]): r["backend"] for r in rows if r["impl"] == me and r["mode"] == "fwd"}
     show_cfg = any(chosen.values())
-    cols = ([f"part {part - 1}"] if part > 0 else []) + [f"**part {part}**", "SDPA flash", "SDPA cuDNN",
-                                                         f"part {part} / flash", f"part {part} / cuDNN"]  # fmt: skip
+    cols = ([f"part {part - 1}"] if part > 0 else []) + [
+        f"**part {part}**",
+        "SDPA flash",
+        "SDPA cuDNN",
+        f"part {part} / flash",
+        f"part {part} / cuDNN",
+    ]
     cols += ["config"] if show_cfg else []
     body = []
     for d, c in PANELS:
@@ -172,9 +185,15 @@ def table_part(gpu_dir, part):
             body.append(cells)
     align = "llr" + "r" * (len(cols) - show_cfg) + ("l" if show_cfg else "")
     compared = [r for r in rows if r["impl"] in (me, prev, "sdpa_flash", "sdpa_cudnn")]
-    return "\n".join([provenance_line(compared, f"make bench PART={part} && make report"), "",
-                      "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if show_cfg else "") + ":",
-                      "", markdown_table(["D", "causal", "N", *cols], body, align)])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(compared, f"make bench PART={part} && make report"),
+            "",
+            "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if show_cfg else "") + ":",
+            "",
+            markdown_table(["D", "causal", "N", *cols], body, align),
+        ]
+    )
 
 
 def table_causal_time(gpu_dir, part):
@@ -189,10 +208,21 @@ def table_causal_time(gpu_dir, part):
                 fl = f"{flash[(d, 1, n)] / flash[(d, 0, n)]:.2f}" if (d, 0, n) in flash and (d, 1, n) in flash else "—"
                 ratio = f"{ms[(d, 1, n)] / ms[(d, 0, n)]:.2f}"
                 body.append([d, n, f"{ms[(d, 0, n)]:.3f}", f"{ms[(d, 1, n)]:.3f}", ratio, fl])
-    header = ["D", "N", f"part {part}, non-causal", f"part {part}, causal", "causal / non-causal",
-              "SDPA flash, causal / non-causal"]  # fmt: skip
-    return "\n".join(["Milliseconds per forward (B=4, H=8, bf16); causal does half the useful work:", "",
-                      markdown_table(header, body, "lrrrrr")])  # fmt: skip
+    header = [
+        "D",
+        "N",
+        f"part {part}, non-causal",
+        f"part {part}, causal",
+        "causal / non-causal",
+        "SDPA flash, causal / non-causal",
+    ]
+    return "\n".join(
+        [
+            "Milliseconds per forward (B=4, H=8, bf16); causal does half the useful work:",
+            "",
+            markdown_table(header, body, "lrrrrr"),
+        ]
+    )
 
 
 def table_graph(gpu_dir, part):
@@ -206,16 +236,41 @@ def table_graph(gpu_dir, part):
             if (me, d, c, n) not in timed:
                 continue
             g, fg = graph.get((me, d, c, n)), graph.get(("sdpa_flash", d, c, n))
-            body.append([d, yes_no(c), n, tflops(timed[(me, d, c, n)]), tflops(g),
-                         tflops(timed.get(("sdpa_flash", d, c, n))), tflops(fg), percent(g, fg)])  # fmt: skip
-    header = ["D", "causal", "N", f"part {part}", f"part {part}, graph", "SDPA flash", "SDPA flash, graph",
-              f"part {part} / flash, graph"]  # fmt: skip
+            body.append(
+                [
+                    d,
+                    yes_no(c),
+                    n,
+                    tflops(timed[(me, d, c, n)]),
+                    tflops(g),
+                    tflops(timed.get(("sdpa_flash", d, c, n))),
+                    tflops(fg),
+                    percent(g, fg),
+                ]
+            )
+    header = [
+        "D",
+        "causal",
+        "N",
+        f"part {part}",
+        f"part {part}, graph",
+        "SDPA flash",
+        "SDPA flash, graph",
+        f"part {part} / flash, graph",
+    ]
     compared = [r for r in rows if r["impl"] in (me, "sdpa_flash")]
-    return "\n".join([provenance_line(compared, f"make bench PART={part} && make report"), "",
-                      f"Forward TFLOP/s of part {part} and SDPA flash, B=4, H=8, bf16, timed two ways: `do_bench` (the "
-                      "protocol: each call launched from Python after an L2 flush) and CUDA-graph replay (the launches "
-                      "recorded once and replayed back to back: no launch cost, and no flush, so inputs that fit in L2 "
-                      "stay there):", "", markdown_table(header, body, "llrrrrrr")])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(compared, f"make bench PART={part} && make report"),
+            "",
+            f"Forward TFLOP/s of part {part} and SDPA flash, B=4, H=8, bf16, timed two ways: `do_bench` (the "
+            "protocol: each call launched from Python after an L2 flush) and CUDA-graph replay (the launches "
+            "recorded once and replayed back to back: no launch cost, and no flush, so inputs that fit in L2 "
+            "stay there):",
+            "",
+            markdown_table(header, body, "llrrrrrr"),
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------------ the READMEs
@@ -275,8 +330,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     gpu_dir = results.results_dir(args.gpu)
     if not gpu_dir.is_dir():
-        print(f"there is no results/{args.gpu}/; the results folders are: {', '.join(results.gpu_folders())}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"there is no results/{args.gpu}/; the results folders are: {', '.join(results.gpu_folders())}",
+            file=sys.stderr,
+        )
         return 2
     reports = part_reports()
     try:

@@ -35,10 +35,33 @@ STAGES = (1, 2, 3, 4, 5)
 MAX_REGS = 255  # registers one thread can address
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 FIELDS = [
-    "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "smem_est", "smem_compiled", "regs_est",
-    "regs", "spills", "compile_s", "first_launch_s", "status", "ms", "tflops", "B", "H", "N", "dtype", "gpu", "torch", "triton",
-    "commit", "date", "command",
-]  # fmt: skip
+    "D",
+    "causal",
+    "BLOCK_M",
+    "BLOCK_N",
+    "num_warps",
+    "num_stages",
+    "smem_est",
+    "smem_compiled",
+    "regs_est",
+    "regs",
+    "spills",
+    "compile_s",
+    "first_launch_s",
+    "status",
+    "ms",
+    "tflops",
+    "B",
+    "H",
+    "N",
+    "dtype",
+    "gpu",
+    "torch",
+    "triton",
+    "commit",
+    "date",
+    "command",
+]
 
 
 def regs_estimate(block_m, block_n, d, num_warps):
@@ -118,9 +141,14 @@ def compile_one(target, config):
     out = {}
     start = time.perf_counter()
     try:
-        compiled = triton_tools.compile_only(target.kernel(), args, target.grid(t, config),
-                                             num_warps=config["num_warps"], num_stages=config["num_stages"],
-                                             **constexprs)  # fmt: skip
+        compiled = triton_tools.compile_only(
+            target.kernel(),
+            args,
+            target.grid(t, config),
+            num_warps=config["num_warps"],
+            num_stages=config["num_stages"],
+            **constexprs,
+        )
         out["compile_s"] = f"{time.perf_counter() - start:.2f}"
         out["smem_compiled"] = triton_tools.shared_memory(compiled)
         out["regs"], out["spills"] = triton_tools.load(compiled)
@@ -196,17 +224,31 @@ def measure(target, rows, d, causal, deadline, timer=None):
         row.update(status="ok", ms=f"{ms:.4f}", tflops=f"{flops / ms * 1e-9:.1f}")
         best = max(best, float(row["tflops"]))
         name = f"{row['BLOCK_M']}x{row['BLOCK_N']} w{row['num_warps']} s{row['num_stages']}"
-        print(f"  [{i:>3}/{len(todo)}] D={d} causal={causal:d} {name:<16} {float(row['tflops']):7.1f} TFLOP/s"
-              f"   (best so far {best:.1f})", flush=True)  # fmt: skip
+        print(
+            f"  [{i:>3}/{len(todo)}] D={d} causal={causal:d} {name:<16} {float(row['tflops']):7.1f} TFLOP/s"
+            f"   (best so far {best:.1f})",
+            flush=True,
+        )
 
 
 # ------------------------------------------------------------------------------------ write
 def device_limits():
     """The limits the budget arithmetic needs, read off the GPU by torch and by Triton's driver."""
     props = torch.cuda.get_device_properties(0)
-    names = ["name", "major", "minor", "multi_processor_count", "shared_memory_per_block",
-             "shared_memory_per_block_optin", "shared_memory_per_multiprocessor", "regs_per_multiprocessor",
-             "max_threads_per_multi_processor", "L2_cache_size", "total_memory", "warp_size"]  # fmt: skip
+    names = [
+        "name",
+        "major",
+        "minor",
+        "multi_processor_count",
+        "shared_memory_per_block",
+        "shared_memory_per_block_optin",
+        "shared_memory_per_multiprocessor",
+        "regs_per_multiprocessor",
+        "max_threads_per_multi_processor",
+        "L2_cache_size",
+        "total_memory",
+        "warp_size",
+    ]
     info = {n: getattr(props, n, None) for n in names}
     info["triton"] = triton_tools.device_properties()
     return info
@@ -228,14 +270,20 @@ def sweep(target, groups, workers, max_minutes):
     limits = device_limits()
     (out_dir / f"{target.name}_device.json").write_text(json.dumps(limits, indent=2) + "\n")
     smem_limit = limits["shared_memory_per_block_optin"] or limits["triton"]["max_shared_mem"]
-    print(f"sweep of {target.name} on {runtime.describe()}; shared memory per program {smem_limit} bytes, "
-          f"{limits['multi_processor_count']} SMs", flush=True)  # fmt: skip
+    print(
+        f"sweep of {target.name} on {runtime.describe()}; shared memory per program {smem_limit} bytes, "
+        f"{limits['multi_processor_count']} SMs",
+        flush=True,
+    )
 
     rows = {g: plan(target, *g, smem_limit) for g in groups}
     todo = [r for g in groups for r in rows[g] if r["status"] == "todo"]
     total = sum(len(r) for r in rows.values())
-    print(f"{total} configurations, {total - len(todo)} pruned by the budget, "
-          f"{len(todo)} to compile with {workers} workers", flush=True)  # fmt: skip
+    print(
+        f"{total} configurations, {total - len(todo)} pruned by the budget, "
+        f"{len(todo)} to compile with {workers} workers",
+        flush=True,
+    )
     compile_all(target, todo, workers, time.time() + 0.6 * 60 * max_minutes)
     for g in groups:
         print(f"measuring D={g[0]} causal={g[1]:d}", flush=True)

@@ -10,8 +10,13 @@ from collections import defaultdict
 from common.results import markdown_table, provenance_line, read_csv
 
 # A heatmap cell with no passing configuration shows why, in a word: the first of these that happened.
-REASONS = (("failed check", "fail"), ("out of resources", "oor"), ("compile error", "err"), ("not measured", "time"),
-           ("pruned", "budget"))  # fmt: skip
+REASONS = (
+    ("failed check", "fail"),
+    ("out of resources", "oor"),
+    ("compile error", "err"),
+    ("not measured", "time"),
+    ("pruned", "budget"),
+)
 
 
 def sweep_rows(gpu_dir, name):
@@ -72,8 +77,15 @@ def heatmaps_figure(rows, title):
             for j, bn in enumerate(ns_):
                 r = best[(d, c)].get((bm, bn))
                 if r:
-                    ax.text(j, i, f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}", ha="center", va="center",
-                            fontsize=7, color="white" if r["tflops"] < 0.6 * vmax else "black")  # fmt: skip
+                    ax.text(
+                        j,
+                        i,
+                        f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if r["tflops"] < 0.6 * vmax else "black",
+                    )
                 else:
                     ax.text(j, i, cell_reason(rows, d, c, bm, bn), ha="center", va="center", fontsize=7, color="gray")
         ax.set_xticks(range(len(ns_)), ns_)
@@ -102,8 +114,10 @@ def winners(rows, top=3):
     for d, c in groups(rows):
         out.append(f"D={d} causal={c}:")
         for r in ranked(rows, d, c)[:top]:
-            out.append(f"    triton.Config({{\"BLOCK_M\": {r['BLOCK_M']}, \"BLOCK_N\": {r['BLOCK_N']}}}, "
-                       f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s")  # fmt: skip
+            out.append(
+                f'    triton.Config({{"BLOCK_M": {r["BLOCK_M"]}, "BLOCK_N": {r["BLOCK_N"]}}}, '
+                f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s"
+            )
     return "\n".join(out)
 
 
@@ -112,9 +126,12 @@ def programs_per_sm(row, dev):
     occupancy rules: registers allocated per warp in units of 256, 1 KB of shared memory reserved
     per program, at most 64 warps and 32 programs per SM)."""
     warps, per_warp = row["num_warps"], -(-row["regs"] * 32 // 256) * 256
-    return min(dev["regs_per_multiprocessor"] // (per_warp * warps),
-               dev["shared_memory_per_multiprocessor"] // (row["smem_compiled"] + 1024),
-               dev["max_threads_per_multi_processor"] // 32 // warps, 32)  # fmt: skip
+    return min(
+        dev["regs_per_multiprocessor"] // (per_warp * warps),
+        dev["shared_memory_per_multiprocessor"] // (row["smem_compiled"] + 1024),
+        dev["max_threads_per_multi_processor"] // 32 // warps,
+        32,
+    )
 
 
 def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
@@ -132,15 +149,44 @@ def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
         for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
             per_sm = programs_per_sm(r, dev)
             programs = r["B"] * r["H"] * -(-r["N"] // r[grid_block])
-            body.append([d, "yes" if c else "no", rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
-                         f"{r['tflops']:.0f}", f"{r['smem_compiled'] / 1024:.0f} KB", r["regs"], per_sm,
-                         f"{programs / (per_sm * sms):.1f}"])  # fmt: skip
-    header = ["D", "causal", "rank", "BLOCK_M x BLOCK_N", "warps", "stages", "TFLOP/s", "shared memory",
-              "registers / thread", "programs / SM", "waves"]  # fmt: skip
-    return "\n".join([provenance_line(rows, f"python -m {module} && make report"), "",
-                      f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
-                      f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs).", "",
-                      markdown_table(header, body, "llrlrrrrrrr")])  # fmt: skip
+            body.append(
+                [
+                    d,
+                    "yes" if c else "no",
+                    rank,
+                    f"{r['BLOCK_M']} x {r['BLOCK_N']}",
+                    r["num_warps"],
+                    r["num_stages"],
+                    f"{r['tflops']:.0f}",
+                    f"{r['smem_compiled'] / 1024:.0f} KB",
+                    r["regs"],
+                    per_sm,
+                    f"{programs / (per_sm * sms):.1f}",
+                ]
+            )
+    header = [
+        "D",
+        "causal",
+        "rank",
+        "BLOCK_M x BLOCK_N",
+        "warps",
+        "stages",
+        "TFLOP/s",
+        "shared memory",
+        "registers / thread",
+        "programs / SM",
+        "waves",
+    ]
+    return "\n".join(
+        [
+            provenance_line(rows, f"python -m {module} && make report"),
+            "",
+            f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
+            f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs).",
+            "",
+            markdown_table(header, body, "llrlrrrrrrr"),
+        ]
+    )
 
 
 def table_sweep_corners(gpu_dir, name):
@@ -155,8 +201,13 @@ def table_sweep_corners(gpu_dir, name):
     tiles = ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
     body = [[f"{bm} x {bn}", *(cell(best[group].get((bm, bn))) for group in columns)] for bm, bn in tiles]
     header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in columns)]
-    return "\n".join([f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):",
-                      "", markdown_table(header, body, "lrrrr")])  # fmt: skip
+    return "\n".join(
+        [
+            f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):",
+            "",
+            markdown_table(header, body, "lrrrr"),
+        ]
+    )
 
 
 def table_sweep_stages(gpu_dir, name):
@@ -183,8 +234,13 @@ def table_sweep_stages(gpu_dir, name):
                 cells.append(f"{r['tflops']:.0f} ({r['smem_compiled'] / 1024:.0f} KB, {programs_per_sm(r, dev)})")
         body.append([d, "yes" if c else "no", f"{bm} x {bn}, {w} warps", *cells])
     header = ["D", "causal", "tile, warps", *(f"{s} stage{'s' if s > 1 else ''}" for s in stages)]
-    return "\n".join([f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:",
-                      "", markdown_table(header, body, "lll" + "r" * len(stages))])  # fmt: skip
+    return "\n".join(
+        [
+            f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:",
+            "",
+            markdown_table(header, body, "lll" + "r" * len(stages)),
+        ]
+    )
 
 
 def table_smem_check(gpu_dir, name):

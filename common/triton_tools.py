@@ -14,9 +14,22 @@ from common import runtime  # noqa: F401, I001
 from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
-__all__ = ["OutOfResources", "jit_function", "compile_only", "shared_memory", "load", "device_properties", "chosen",
-           "config_label", "chosen_label", "timed_configs", "launched", "resources", "launch_hooked",
-           "direct_launcher"]  # fmt: skip
+__all__ = [
+    "OutOfResources",
+    "jit_function",
+    "compile_only",
+    "shared_memory",
+    "load",
+    "device_properties",
+    "chosen",
+    "config_label",
+    "chosen_label",
+    "timed_configs",
+    "launched",
+    "resources",
+    "launch_hooked",
+    "direct_launcher",
+]
 
 
 def jit_function(kernel):

@@ -32,8 +32,10 @@ print(runtime.describe())
 # %%
 shape = Shape((2, 4), 100, 100, 64)
 grid = (-(-shape.n_q // part1.BLOCK_M), 2 * 4)
-print(f"q {shape.q_shape}: grid = {grid} -> {grid[0] * grid[1]} programs, each looping over "
-      f"{-(-shape.n_k // part1.BLOCK_N)} key tiles of {part1.BLOCK_N} rows")  # fmt: skip
+print(
+    f"q {shape.q_shape}: grid = {grid} -> {grid[0] * grid[1]} programs, each looping over "
+    f"{-(-shape.n_k // part1.BLOCK_N)} key tiles of {part1.BLOCK_N} rows"
+)
 
 # %% [markdown]
 # ## 2. It matches the float64 reference, ragged lengths and all

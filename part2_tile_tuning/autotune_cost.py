@@ -47,8 +47,15 @@ def child(n_first, n_second):
 
     q, k, v = first_call(n_first, f"first call, N={n_first}")
     steady = time_ms(lambda: fa.flash_attention(q, k, v)) / 1e3
-    rows.append(dict(scenario=f"steady state, N={n_first} (median)", seconds=steady, configs=0,
-                     chosen=parts.forward_config(fa), N=n_first))  # fmt: skip
+    rows.append(
+        dict(
+            scenario=f"steady state, N={n_first} (median)",
+            seconds=steady,
+            configs=0,
+            chosen=parts.forward_config(fa),
+            N=n_first,
+        )
+    )
     first_call(n_second, f"first call, N={n_second}: new N bucket, kernels already compiled")
     print("RESULTS " + json.dumps(rows))
 
@@ -64,8 +71,15 @@ def run_child(cache_dir, label_prefix, n_first, n_second):
     rows = json.loads(line[len("RESULTS ") :])
     for r in rows:
         r["scenario"] = f"{label_prefix}: {r['scenario']}"
-    rows.append(dict(scenario=f"{label_prefix}: whole process (Python, torch and CUDA start included)",
-                     seconds=time.perf_counter() - start, configs=0, chosen="", N=n_first))  # fmt: skip
+    rows.append(
+        dict(
+            scenario=f"{label_prefix}: whole process (Python, torch and CUDA start included)",
+            seconds=time.perf_counter() - start,
+            configs=0,
+            chosen="",
+            N=n_first,
+        )
+    )
     return rows
 
 
@@ -77,8 +91,11 @@ def main():
         rows = run_child(cache, "cold cache", 4096, 8192)
         rows += run_child(cache, "warm disk cache", 4096, 8192)
     meta = dict(B=B, H=H, D=D, **results.provenance())
-    path = results.write_csv(results.results_dir() / "part2_autotune.csv",
-                             [{**meta, **r, "seconds": f"{r['seconds']:.6g}"} for r in rows], FIELDS)  # fmt: skip
+    path = results.write_csv(
+        results.results_dir() / "part2_autotune.csv",
+        [{**meta, **r, "seconds": f"{r['seconds']:.6g}"} for r in rows],
+        FIELDS,
+    )
     print(f"wrote {results.shown(path)}")
     for r in rows:
         print(f"{r['seconds']:10.4f} s  {r['scenario']}  {r['chosen']}")

@@ -40,27 +40,40 @@ def table_budget(gpu_dir):
     smem_rows = [[d, f"{bm} x {bn}", *(smem(bm, bn, d, s) for s in range(1, 6))] for d in (64, 128) for bm, bn in tiles]
     reg_tiles = ((64, 64), (128, 64), (128, 128), (256, 64))
     reg_rows = [[d, f"{bm} x {bn}", regs(bm, bn, d, 4), regs(bm, bn, d, 8)] for d in (64, 128) for bm, bn in reg_tiles]
-    return "\n".join([
-        f"_Limits read off the {dev['name']} by `python -m part2_tile_tuning.sweep` (results/{gpu_dir.name}/part2_device.json): "
-        f"{dev['shared_memory_per_multiprocessor'] / 1024:.0f} KB of shared memory per SM, {limit / 1024:.0f} KB per program "
-        f"(opt-in), {dev['regs_per_multiprocessor']} 32-bit registers per SM, {dev['multi_processor_count']} SMs. "
-        f"Ada (compute capability 8.9): {ADA_SMEM_PER_BLOCK / 1024:.0f} KB per program._", "",
-        "Shared memory for Q once plus `stages` buffers of K and V, bf16, in KB. "
-        "**bold**: fits the H200 but not Ada; ~~struck~~: fits neither.", "",
-        markdown_table(["D", "BLOCK_M x BLOCK_N", "1 stage", *(f"{s} stages" for s in range(2, 6))], smem_rows, "llrrrrr"),
-        "", "float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
-        f"(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for "
-        "addresses, m_i, l_i and operands); ~~struck~~: more than that, pruned by the sweep:", "",
-        markdown_table(["D", "BLOCK_M x BLOCK_N", "4 warps", "8 warps"], reg_rows, "llrr"),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"_Limits read off the {dev['name']} by `python -m part2_tile_tuning.sweep` (results/{gpu_dir.name}/part2_device.json): "
+            f"{dev['shared_memory_per_multiprocessor'] / 1024:.0f} KB of shared memory per SM, {limit / 1024:.0f} KB per program "
+            f"(opt-in), {dev['regs_per_multiprocessor']} 32-bit registers per SM, {dev['multi_processor_count']} SMs. "
+            f"Ada (compute capability 8.9): {ADA_SMEM_PER_BLOCK / 1024:.0f} KB per program._",
+            "",
+            "Shared memory for Q once plus `stages` buffers of K and V, bf16, in KB. "
+            "**bold**: fits the H200 but not Ada; ~~struck~~: fits neither.",
+            "",
+            markdown_table(
+                ["D", "BLOCK_M x BLOCK_N", "1 stage", *(f"{s} stages" for s in range(2, 6))], smem_rows, "llrrrrr"
+            ),
+            "",
+            "float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
+            f"(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for "
+            "addresses, m_i, l_i and operands); ~~struck~~: more than that, pruned by the sweep:",
+            "",
+            markdown_table(["D", "BLOCK_M x BLOCK_N", "4 warps", "8 warps"], reg_rows, "llrr"),
+        ]
+    )
 
 
 def table_autotune(gpu_dir):
     """What @triton.autotune cost: first calls (cold and warm cache) against the steady state."""
     rows = read_csv(gpu_dir / "part2_autotune.csv")
     body = [[r["scenario"], f"{r['seconds']:.3g}", r["configs"] or "—", r["chosen"] or "—"] for r in rows]
-    return "\n".join([provenance_line(rows, "python -m part2_tile_tuning.autotune_cost && make report"), "",
-                      markdown_table(["what", "seconds", "configurations tried", "chosen"], body, "lrrl")])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part2_tile_tuning.autotune_cost && make report"),
+            "",
+            markdown_table(["what", "seconds", "configurations tried", "chosen"], body, "lrrl"),
+        ]
+    )
 
 
 TABLES = {

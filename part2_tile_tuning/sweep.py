@@ -45,8 +45,13 @@ class Forward(sweep.SweepTarget):
         n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
         args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, self.module().n_bucket(n_q, n_k), d**-0.5)
         precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
-        return args, dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision,
-                          BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])  # fmt: skip
+        return args, dict(
+            D=d,
+            IS_CAUSAL=bool(config["causal"]),
+            DOT_PRECISION=precision,
+            BLOCK_M=config["BLOCK_M"],
+            BLOCK_N=config["BLOCK_N"],
+        )
 
     def grid(self, t, config):
         return (triton.cdiv(self.N, config["BLOCK_M"]), self.B * self.H)

@@ -24,8 +24,23 @@ LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ w
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
-FIELDS = ["step", "label", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "graph_ms", "graph_tflops", "config",
-          "check", *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "step",
+    "label",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "ms",
+    "tflops",
+    "graph_ms",
+    "graph_tflops",
+    "config",
+    "check",
+    *results.PROVENANCE,
+]
 HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -87,8 +102,16 @@ def load_step(i, source):
 def run(seq_lens, save=None):
     modules = {LABELS[i]: load_step(i, s) for i, s in enumerate(step_sources())}
     forwards = {label: module.flash_forward for label, module in modules.items()}
-    return study.time_forwards(forwards, lambda label, causal: dict(step=LABELS.index(label), label=label), seq_lens,
-                               HEAD_DIMS, B, H, save=save, config=lambda label: parts.forward_config(modules[label]))  # fmt: skip
+    return study.time_forwards(
+        forwards,
+        lambda label, causal: dict(step=LABELS.index(label), label=label),
+        seq_lens,
+        HEAD_DIMS,
+        B,
+        H,
+        save=save,
+        config=lambda label: parts.forward_config(modules[label]),
+    )
 
 
 def main(argv=None):

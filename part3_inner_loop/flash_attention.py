@@ -64,13 +64,22 @@ def n_bucket(n_q, n_k):
 
 @triton.jit
 def _attn_fwd_inner(
-    acc, l_i, m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
-    q, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
+    acc,
+    l_i,
+    m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
+    q,
+    k_desc,
+    v_desc,
+    q_pos,
+    lo,
+    hi,
+    N_KEYS,
+    qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,  # False: every key in [lo, hi) is visible to every row, no tl.where at all
     IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     """The online softmax over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
@@ -168,13 +177,39 @@ def _attn_fwd(
 
     q = q_desc.load([q_start, 0])  # (BLOCK_M, D), loaded once
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        0,
+        unmasked_hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        unmasked_hi,
+        hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
 
     o = acc / l_i[:, None]  # the one division
     o_desc.store([q_start, 0], o.to(q.dtype))  # rows past N_QUERIES are dropped

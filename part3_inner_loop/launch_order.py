@@ -29,15 +29,38 @@ from part3_inner_loop import variants
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
-FIELDS = ["order", "shipped", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "graph_ms", "graph_tflops",
-          "config", "check", *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "order",
+    "shipped",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "ms",
+    "tflops",
+    "graph_ms",
+    "graph_tflops",
+    "config",
+    "check",
+    *results.PROVENANCE,
+]
 
 
 def run(seq_lens, save=None):
     forwards = {name: variants.forward(order=order) for name, order in variants.ORDERS.items()}
     shipped = variants.SHIPPED_ORDER
-    return study.time_forwards(forwards, lambda order, causal: dict(order=order, shipped=int(order == shipped[causal])),
-                               seq_lens, HEAD_DIMS, B, H, save=save, config=lambda _: variants.chosen())  # fmt: skip
+    return study.time_forwards(
+        forwards,
+        lambda order, causal: dict(order=order, shipped=int(order == shipped[causal])),
+        seq_lens,
+        HEAD_DIMS,
+        B,
+        H,
+        save=save,
+        config=lambda _: variants.chosen(),
+    )
 
 
 def main(argv=None):

@@ -43,8 +43,20 @@ def accuracy_rows(forwards, meta):
                     outs.update({name: forward(q, k, v, False)[0] for name, forward in forwards.items()})
                 for name, o in outs.items():
                     err = (o.double() - ref).abs().max().item()
-                    rows.append(dict(variant=name, what="accuracy", dtype=dname, B=b, H=h, N=n, D=d, score_std=std,
-                                     err=f"{err:.3e}", **meta))  # fmt: skip
+                    rows.append(
+                        dict(
+                            variant=name,
+                            what="accuracy",
+                            dtype=dname,
+                            B=b,
+                            H=h,
+                            N=n,
+                            D=d,
+                            score_std=std,
+                            err=f"{err:.3e}",
+                            **meta,
+                        )
+                    )
                     print(f"{dname} std={std:<4} N={n:>5} {name:<40} max|O - ref| = {err:.2e}", flush=True)
     return rows
 
@@ -62,8 +74,20 @@ def speed_rows(forwards, meta):
                 continue
             with torch.no_grad():
                 ms = time_ms(functools.partial(forward, q, k, v, False))
-            rows.append(dict(variant=name, what="speed", dtype="bf16", B=b, H=h, N=n, D=d, ms=f"{ms:.4f}",
-                             tflops=tflops(flops, ms), **meta))  # fmt: skip
+            rows.append(
+                dict(
+                    variant=name,
+                    what="speed",
+                    dtype="bf16",
+                    B=b,
+                    H=h,
+                    N=n,
+                    D=d,
+                    ms=f"{ms:.4f}",
+                    tflops=tflops(flops, ms),
+                    **meta,
+                )
+            )
             print(f"speed D={d} {name:<40} {flops / ms * 1e-9:7.1f} TFLOP/s", flush=True)
     return rows
 

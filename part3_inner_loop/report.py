@@ -25,9 +25,15 @@ def table_ablation(gpu_dir, column="tflops"):
             if any(cells):
                 body.append([d, yes_no(c), n, *(tflops(r and r[column]) for r in cells)])
     what = "do_bench (the protocol)" if column == "tflops" else "CUDA-graph replay"
-    return "\n".join([provenance_line(rows, "python -m part3_inner_loop.ablation && make report"), "",
-                      f"Forward TFLOP/s, B=4, H=8, bf16, {what}; each column adds one change to the one before:", "",
-                      markdown_table(["D", "causal", "N", *LABELS], body, "llr" + "r" * len(LABELS))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part3_inner_loop.ablation && make report"),
+            "",
+            f"Forward TFLOP/s, B=4, H=8, bf16, {what}; each column adds one change to the one before:",
+            "",
+            markdown_table(["D", "causal", "N", *LABELS], body, "llr" + "r" * len(LABELS)),
+        ]
+    )
 
 
 def table_step_gains(gpu_dir):
@@ -38,13 +44,22 @@ def table_step_gains(gpu_dir):
     for s in range(1, len(LABELS)):
         cells = []
         for d, c in PANELS:
-            gains = [index[(s, d, c, n)]["tflops"] / index[(s - 1, d, c, n)]["tflops"] for n in ns
-                     if (s, d, c, n) in index and (s - 1, d, c, n) in index]  # fmt: skip
+            gains = [
+                index[(s, d, c, n)]["tflops"] / index[(s - 1, d, c, n)]["tflops"]
+                for n in ns
+                if (s, d, c, n) in index and (s - 1, d, c, n) in index
+            ]
             cells.append(f"{min(gains):.2f}x - {max(gains):.2f}x" if gains else "—")
         body.append([LABELS[s], *cells])
     header = ["step", *(f"D={d}{' causal' if c else ''}" for d, c in PANELS)]
-    return "\n".join([f"Speed-up of each step over the one before (do_bench), smallest to largest over N = "
-                      f"{', '.join(map(str, ns))}:", "", markdown_table(header, body, "lrrrr")])  # fmt: skip
+    return "\n".join(
+        [
+            f"Speed-up of each step over the one before (do_bench), smallest to largest over N = "
+            f"{', '.join(map(str, ns))}:",
+            "",
+            markdown_table(header, body, "lrrrr"),
+        ]
+    )
 
 
 def ablation_figure(rows):
@@ -54,8 +69,11 @@ def ablation_figure(rows):
     fig = Figure(figsize=(12, 8))
     for ax, (d, c) in zip(fig.subplots(2, 2, sharex=True).flat, PANELS):
         for s, label in enumerate(LABELS):
-            pts = sorted((r["N"], r["tflops"]) for r in rows
-                         if (r["step"], r["D"], r["causal"]) == (s, d, c) and r["tflops"] is not None)  # fmt: skip
+            pts = sorted(
+                (r["N"], r["tflops"])
+                for r in rows
+                if (r["step"], r["D"], r["causal"]) == (s, d, c) and r["tflops"] is not None
+            )
             if pts:
                 ax.plot(*zip(*pts), "-o", markersize=4, label=label)
         ax.set_xscale("log", base=2)
@@ -80,10 +98,16 @@ def table_launch_order(gpu_dir):
             cells = [index.get((o, d, c, n)) for o in orders]
             if any(cells):
                 body.append([d, yes_no(c), n, *(_marked(r) for r in cells)])
-    return "\n".join([provenance_line(rows, "python -m part3_inner_loop.launch_order && make report"), "",
-                      "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, each order with the tiles the autotuner "
-                      "picked for it; **bold**: the order that commit's kernel used for that case:", "",
-                      markdown_table(["D", "causal", "N", *orders], body, "llr" + "r" * len(orders))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part3_inner_loop.launch_order && make report"),
+            "",
+            "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, each order with the tiles the autotuner "
+            "picked for it; **bold**: the order that commit's kernel used for that case:",
+            "",
+            markdown_table(["D", "causal", "N", *orders], body, "llr" + "r" * len(orders)),
+        ]
+    )
 
 
 def _marked(row):
@@ -102,12 +126,20 @@ def table_p_cast(gpu_dir):
     body = [[dt, f"{std:g}", n, *(f"{err[(v, dt, std, n)]:.1e}" for v in variants)] for dt, std, n in keys]
     speed = [r for r in rows if r["what"] == "speed"]
     speed_body = [[r["variant"], r["D"], tflops(r["tflops"])] for r in speed]
-    return "\n".join([provenance_line(rows, "python -m part3_inner_loop.p_cast && make report"), "",
-                      f"max abs error of O against the float64 reference (B={acc[0]['B']}, H={acc[0]['H']}, "
-                      f"D={acc[0]['D']}, non-causal; std of S: the scores' standard deviation):", "",
-                      markdown_table(["dtype", "std of S", "N", *variants], body, "llr" + "r" * len(variants)), "",
-                      f"Speed, forward TFLOP/s (B={speed[0]['B']}, H={speed[0]['H']}, N={speed[0]['N']}, bf16, "
-                      "non-causal):", "", markdown_table(["variant", "D", "TFLOP/s"], speed_body, "lrr")])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part3_inner_loop.p_cast && make report"),
+            "",
+            f"max abs error of O against the float64 reference (B={acc[0]['B']}, H={acc[0]['H']}, "
+            f"D={acc[0]['D']}, non-causal; std of S: the scores' standard deviation):",
+            "",
+            markdown_table(["dtype", "std of S", "N", *variants], body, "llr" + "r" * len(variants)),
+            "",
+            f"Speed, forward TFLOP/s (B={speed[0]['B']}, H={speed[0]['H']}, N={speed[0]['N']}, bf16, non-causal):",
+            "",
+            markdown_table(["variant", "D", "TFLOP/s"], speed_body, "lrr"),
+        ]
+    )
 
 
 def p_cast_figure(rows):
@@ -140,8 +172,10 @@ def draw(gpu_dir):
     written = [tiles.draw()]
     if (gpu_dir / "part3_sweep.csv").exists():
         written.append(sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3"))
-    for csv, figure, png in (("part3_ablation.csv", ablation_figure, "part3_ablation.png"),
-                             ("part3_p_cast.csv", p_cast_figure, "part3_p_cast.png")):  # fmt: skip
+    for csv, figure, png in (
+        ("part3_ablation.csv", ablation_figure, "part3_ablation.png"),
+        ("part3_p_cast.csv", p_cast_figure, "part3_p_cast.png"),
+    ):
         if (gpu_dir / csv).exists():
             figure(read_csv(gpu_dir / csv)).savefig(gpu_dir / png, dpi=110)
             written.append(gpu_dir / png)

@@ -61,8 +61,16 @@ def figure():
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         visited = sum(cell > 0 for row in grid for cell in row)
         masked = sum(cell == 2 for row in grid for cell in row)
-        ax.text(0.98, 0.02, f"{visited} of {len(grid) * len(grid[0])} tiles visited, {masked} masked",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, backgroundcolor="white")  # fmt: skip
+        ax.text(
+            0.98,
+            0.02,
+            f"{visited} of {len(grid) * len(grid[0])} tiles visited, {masked} masked",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            backgroundcolor="white",
+        )
     labels = ("skipped: never loaded", "visited, no mask", "visited, masked (diagonal or ragged)")
     fig.legend(handles=[Patch(color=c, label=t) for c, t in zip(colours, labels)], loc="lower center", ncol=3)
     fig.suptitle("Part 3: the key tiles each program of the forward visits")

@@ -37,10 +37,23 @@ P_PRODUCTS = {
 
 @triton.jit
 def _attn_fwd_inner(
-    acc, l_i, m_i, q, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_desc,
+    v_desc,
+    q_pos,
+    lo,
+    hi,
+    N_KEYS,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
     P_PRODUCT: tl.constexpr,
-):  # fmt: skip
+):
     """Part 3's _attn_fwd_inner; P_PRODUCT picks what P_ij V_j multiplies."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])
@@ -80,10 +93,24 @@ def _attn_fwd_inner(
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_fwd(
-    Q, K, V, O, L, N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, ORDER: tl.constexpr, P_PRODUCT: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    O,
+    L,
+    N_QUERIES,
+    N_KEYS,
+    N_SEQS,
+    N_BUCKET,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    ORDER: tl.constexpr,
+    P_PRODUCT: tl.constexpr,
+):
     """Part 3's _attn_fwd; ORDER picks the program order."""
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N_QUERIES, BLOCK_M)
@@ -121,13 +148,41 @@ def _attn_fwd(
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
     q = q_desc.load([q_start, 0])
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, DOT_PRECISION, P_PRODUCT,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        0,
+        unmasked_hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        DOT_PRECISION,
+        P_PRODUCT,
+    )
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, DOT_PRECISION, P_PRODUCT,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        unmasked_hi,
+        hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        DOT_PRECISION,
+        P_PRODUCT,
+    )
     o = acc / l_i[:, None]
     o_desc.store([q_start, 0], o.to(q.dtype))
     lse = (m_i + tl.log2(l_i)) * 0.6931471805599453

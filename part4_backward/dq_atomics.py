@@ -22,8 +22,21 @@ from part4_backward import flash_attention
 B, H = 4, 8
 SEQ_LENS = (1024, 4096)
 REPEATS = 5
-FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "ms", "tflops", "bitwise_repeatable", "max_run_to_run",
-          "check", *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "variant",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "ms",
+    "tflops",
+    "bitwise_repeatable",
+    "max_run_to_run",
+    "check",
+    *results.PROVENANCE,
+]
 
 
 def main(argv=None):
@@ -45,14 +58,29 @@ def main(argv=None):
                     report = check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
                     ms = time_ms(backward)
                     diff = max((r.float() - runs[0].float()).abs().max().item() for r in runs)
-                    rows.append(dict(variant=variant, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal),
-                                     ms=f"{ms:.4f}", tflops=tflops(flops, ms),
-                                     bitwise_repeatable=int(all(torch.equal(r, runs[0]) for r in runs)),
-                                     max_run_to_run=f"{diff:.3e}", check=("ok " if report.ok else "FAIL ") + str(report),
-                                     **meta))  # fmt: skip
+                    rows.append(
+                        dict(
+                            variant=variant,
+                            B=B,
+                            H=H,
+                            N=n,
+                            D=d,
+                            dtype="bf16",
+                            causal=int(causal),
+                            ms=f"{ms:.4f}",
+                            tflops=tflops(flops, ms),
+                            bitwise_repeatable=int(all(torch.equal(r, runs[0]) for r in runs)),
+                            max_run_to_run=f"{diff:.3e}",
+                            check=("ok " if report.ok else "FAIL ") + str(report),
+                            **meta,
+                        )
+                    )
                     r = rows[-1]
-                    print(f"{variant:<22} D={d} causal={causal:d} N={n:>5} {r['tflops']:>7} TFLOP/s  repeatable="
-                          f"{r['bitwise_repeatable']} (max diff {r['max_run_to_run']})  {r['check'][:30]}", flush=True)  # fmt: skip
+                    print(
+                        f"{variant:<22} D={d} causal={causal:d} N={n:>5} {r['tflops']:>7} TFLOP/s  repeatable="
+                        f"{r['bitwise_repeatable']} (max diff {r['max_run_to_run']})  {r['check'][:30]}",
+                        flush=True,
+                    )
     path = results.write_csv(results.results_dir() / "part4_dq_atomics.csv", rows, FIELDS)
     print(f"wrote {results.shown(path)}")
     return 0

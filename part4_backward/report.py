@@ -16,8 +16,17 @@ def table_mode(gpu_dir, mode):
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == mode]
     idx = tflops_index(rows, mode=mode)
     has_flex = any(r["impl"] == FLEX for r in rows)
-    cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", *(["FlexAttention"] if has_flex else []),
-            "part 4 / part 3", "part 4 / flash", "part 4 / cuDNN", *(["part 4 / Flex"] if has_flex else [])]  # fmt: skip
+    cols = [
+        "part 3",
+        "**part 4**",
+        "SDPA flash",
+        "SDPA cuDNN",
+        *(["FlexAttention"] if has_flex else []),
+        "part 4 / part 3",
+        "part 4 / flash",
+        "part 4 / cuDNN",
+        *(["part 4 / Flex"] if has_flex else []),
+    ]
     body = []
     for d, c in PANELS:
         for n in sorted({r["N"] for r in rows}):
@@ -26,15 +35,34 @@ def table_mode(gpu_dir, mode):
                 continue
             p3, fl, cu, fx = (idx.get((impl, d, c, n)) for impl in ("part3", "sdpa_flash", "sdpa_cudnn", FLEX))
             ratio = f"{mine / p3:.0f}x" if p3 else "—"
-            body.append([d, yes_no(c), n, tflops(p3), f"**{tflops(mine)}**", tflops(fl), tflops(cu),
-                         *([tflops(fx)] if has_flex else []), ratio, percent(mine, fl), percent(mine, cu),
-                         *([percent(mine, fx)] if has_flex else [])])  # fmt: skip
+            body.append(
+                [
+                    d,
+                    yes_no(c),
+                    n,
+                    tflops(p3),
+                    f"**{tflops(mine)}**",
+                    tflops(fl),
+                    tflops(cu),
+                    *([tflops(fx)] if has_flex else []),
+                    ratio,
+                    percent(mine, fl),
+                    percent(mine, cu),
+                    *([percent(mine, fx)] if has_flex else []),
+                ]
+            )
     compared = [r for r in rows if r["impl"] in ("part3", "part4", "sdpa_flash", "sdpa_cudnn", FLEX)]
     what = "forward + backward" if mode == "fwd+bwd" else "backward alone"
-    return "\n".join([provenance_line(compared, f"python -m common.bench --mode {mode} && make report"), "",
-                      f"{what.capitalize()}, TFLOP/s (the backward counts 2.5 times the forward's FLOPs), B=4, H=8, "
-                      "bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:", "",
-                      markdown_table(["D", "causal", "N", *cols], body, "llr" + "r" * len(cols))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(compared, f"python -m common.bench --mode {mode} && make report"),
+            "",
+            f"{what.capitalize()}, TFLOP/s (the backward counts 2.5 times the forward's FLOPs), B=4, H=8, "
+            "bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:",
+            "",
+            markdown_table(["D", "causal", "N", *cols], body, "llr" + "r" * len(cols)),
+        ]
+    )
 
 
 def table_dq(gpu_dir):
@@ -44,14 +72,39 @@ def table_dq(gpu_dir):
     body = []
     for d, c, n in sorted({(r["D"], r["causal"], r["N"]) for r in rows}):
         a, b = (by.get((v, d, c, n)) for v in variants)
-        body.append([d, yes_no(c), n, tflops(a["tflops"]), tflops(b["tflops"]), f"{b['tflops'] / a['tflops']:.2f}x",
-                     "yes" if a["bitwise_repeatable"] else "no", "yes" if b["bitwise_repeatable"] else "no",
-                     f"{b['max_run_to_run']:.1e}"])  # fmt: skip
-    header = ["D", "causal", "N", f"{variants[0]}, TFLOP/s", f"{variants[1]}, TFLOP/s", "atomics / second pass",
-              f"{variants[0]}: same bits, {REPEATS} runs", f"{variants[1]}: same bits, {REPEATS} runs", "atomics: largest run-to-run change of dQ"]  # fmt: skip
-    return "\n".join([provenance_line(rows, "python -m part4_backward.dq_atomics && make report"), "",
-                      "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:", "",
-                      markdown_table(header, body, "llrrrrllr")])  # fmt: skip
+        body.append(
+            [
+                d,
+                yes_no(c),
+                n,
+                tflops(a["tflops"]),
+                tflops(b["tflops"]),
+                f"{b['tflops'] / a['tflops']:.2f}x",
+                "yes" if a["bitwise_repeatable"] else "no",
+                "yes" if b["bitwise_repeatable"] else "no",
+                f"{b['max_run_to_run']:.1e}",
+            ]
+        )
+    header = [
+        "D",
+        "causal",
+        "N",
+        f"{variants[0]}, TFLOP/s",
+        f"{variants[1]}, TFLOP/s",
+        "atomics / second pass",
+        f"{variants[0]}: same bits, {REPEATS} runs",
+        f"{variants[1]}: same bits, {REPEATS} runs",
+        "atomics: largest run-to-run change of dQ",
+    ]
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part4_backward.dq_atomics && make report"),
+            "",
+            "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:",
+            "",
+            markdown_table(header, body, "llrrrrllr"),
+        ]
+    )
 
 
 def table_memory(gpu_dir):
@@ -60,10 +113,16 @@ def table_memory(gpu_dir):
     cell = {(r["impl"], r["N"]): (f"{r['peak_mib']:,.0f}" if r["status"] == "ok" else r["status"]) for r in rows}
     body = [[n, *(cell.get((i, n), "—") for i in impls)] for n in sorted({r["N"] for r in rows})]
     r0 = rows[0]
-    return "\n".join([provenance_line(rows, "python -m part4_backward.memory && make report"), "",
-                      f"Peak GPU memory of one forward + backward beyond the inputs, MiB (B={r0['B']}, H={r0['H']}, "
-                      f"D={r0['D']}, bf16, non-causal):", "",
-                      markdown_table(["N", *map(impl_label, impls)], body, "r" * (len(impls) + 1))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part4_backward.memory && make report"),
+            "",
+            f"Peak GPU memory of one forward + backward beyond the inputs, MiB (B={r0['B']}, H={r0['H']}, "
+            f"D={r0['D']}, bf16, non-causal):",
+            "",
+            markdown_table(["N", *map(impl_label, impls)], body, "r" * (len(impls) + 1)),
+        ]
+    )
 
 
 def memory_figure(rows):
@@ -80,16 +139,21 @@ def memory_figure(rows):
     ax.set_ylabel("peak memory beyond the inputs, MiB")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"Forward + backward, B={rows[0]['B']}, H={rows[0]['H']}, D={rows[0]['D']}, bf16 — {rows[0]['gpu']}\n"
-                 "slope 1: memory linear in N; slope 2: quadratic", fontsize=9)  # fmt: skip
+    ax.set_title(
+        f"Forward + backward, B={rows[0]['B']}, H={rows[0]['H']}, D={rows[0]['D']}, bf16 — {rows[0]['gpu']}\n"
+        "slope 1: memory linear in N; slope 2: quadratic",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
 
 def draw(gpu_dir):
-    written = [sweep_report.draw_heatmaps(gpu_dir, name, f"Part 4 {what}")
-               for name, what in (("part4_dkdv", "dK/dV kernel"), ("part4_dq", "dQ kernel"))
-               if (gpu_dir / f"{name}_sweep.csv").exists()]  # fmt: skip
+    written = [
+        sweep_report.draw_heatmaps(gpu_dir, name, f"Part 4 {what}")
+        for name, what in (("part4_dkdv", "dK/dV kernel"), ("part4_dq", "dQ kernel"))
+        if (gpu_dir / f"{name}_sweep.csv").exists()
+    ]
     if (gpu_dir / "part4_memory.csv").exists():
         memory_figure(read_csv(gpu_dir / "part4_memory.csv")).savefig(gpu_dir / "part4_memory.png", dpi=110)
         written.append(gpu_dir / "part4_memory.png")

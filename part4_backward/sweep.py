@@ -50,8 +50,13 @@ class Backward(sweep.SweepTarget):
         return (q, k, v, do, lse, delta, dq, dk, dv), scalars
 
     def constexprs(self, config):
-        return dict(D=config["D"], IS_CAUSAL=bool(config["causal"]), DOT_PRECISION="tf32",
-                    BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])  # fmt: skip
+        return dict(
+            D=config["D"],
+            IS_CAUSAL=bool(config["causal"]),
+            DOT_PRECISION="tf32",
+            BLOCK_M=config["BLOCK_M"],
+            BLOCK_N=config["BLOCK_N"],
+        )
 
     def check(self, t, causal):
         """dQ, dK and dV against the float64 reference; the gradient this kernel does not write comes

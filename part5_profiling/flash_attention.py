@@ -69,13 +69,22 @@ def n_bucket(n_q, n_k):
 
 @triton.jit
 def _attn_fwd_inner(
-    acc, l_i, m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
-    q, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
+    acc,
+    l_i,
+    m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
+    q,
+    k_desc,
+    v_desc,
+    q_pos,
+    lo,
+    hi,
+    N_KEYS,
+    qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,  # False: every key in [lo, hi) is visible to every row, no tl.where at all
     IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     """The online softmax over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
@@ -173,13 +182,39 @@ def _attn_fwd(
 
     q = q_desc.load([q_start, 0])  # (BLOCK_M, D), loaded once
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        0,
+        unmasked_hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
     acc, l_i, m_i = _attn_fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_desc,
+        v_desc,
+        q_pos,
+        unmasked_hi,
+        hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
 
     o = acc / l_i[:, None]  # the one division
     o_desc.store([q_start, 0], o.to(q.dtype))  # rows past N_QUERIES are dropped
@@ -312,9 +347,7 @@ def bwd_fits_in_smem(streamed):
 
 
 @triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
-def _attn_bwd_preprocess(
-    O, DO, DELTA, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr
-):  # fmt: skip
+def _attn_bwd_preprocess(O, DO, DELTA, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr):
     pid = tl.program_id(0)
     tile_m = pid // N_SEQS
     bh = (pid % N_SEQS).to(tl.int64)
@@ -328,10 +361,28 @@ def _attn_bwd_preprocess(
 
 @triton.jit
 def _attn_bwd_dkdv_inner(
-    dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, lo, hi, N_QUERIES, N_KEYS, qk_scale, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+    dk,
+    dv,
+    k,
+    v,
+    q_desc,
+    do_desc,
+    L,
+    DELTA,
+    DQ,
+    k_pos,
+    lo,
+    hi,
+    N_QUERIES,
+    N_KEYS,
+    qk_scale,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     """dK_j, dV_j summed over the query tiles starting at lo, lo + BLOCK_M, ... below hi. Works on
     the transposed tile (keys x queries) so that dK_j and dV_j come out of plain row-major dots."""
     for q_start in range(lo, hi, BLOCK_M):
@@ -360,17 +411,34 @@ def _attn_bwd_dkdv_inner(
 
 
 @triton.autotune(
-    configs=BWD_DKDV_CONFIGS, key=["D", "IS_CAUSAL", "ATOMIC_DQ", "N_BUCKET"], reset_to_zero=["DQ"],
+    configs=BWD_DKDV_CONFIGS,
+    key=["D", "IS_CAUSAL", "ATOMIC_DQ", "N_BUCKET"],
+    reset_to_zero=["DQ"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_M")},
-)  # fmt: skip
+)
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dkdv(
-    Q, K, V, DO, L, DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (BH, N_k, D); L, D_i (BH, N_q) float32
-    DK, DV, DQ,  # written: dK, dV like K; DQ float32 (BH, N_q, D), added to with ATOMIC_DQ only
-    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (BH, N_k, D); L, D_i (BH, N_q) float32
+    DK,
+    DV,
+    DQ,  # written: dK, dV like K; DQ float32 (BH, N_q, D), added to with ATOMIC_DQ only
+    N_QUERIES,
+    N_KEYS,
+    N_SEQS,
+    N_BUCKET,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     # Causal, the first key tiles are seen by the most queries: program order = key tile order
     # puts the longest programs first, as the forward does with its last query tiles.
     pid = tl.program_id(0)
@@ -405,22 +473,74 @@ def _attn_bwd_dkdv(
         lo = 0
         masked_hi = 0
     dk, dv = _attn_bwd_dkdv_inner(
-        dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, lo, masked_hi, N_QUERIES, N_KEYS, qk_scale, scale,
-        D, BLOCK_M, True, ATOMIC_DQ, DOT_PRECISION,
-    )  # fmt: skip
+        dk,
+        dv,
+        k,
+        v,
+        q_desc,
+        do_desc,
+        L,
+        DELTA,
+        DQ,
+        k_pos,
+        lo,
+        masked_hi,
+        N_QUERIES,
+        N_KEYS,
+        qk_scale,
+        scale,
+        D,
+        BLOCK_M,
+        True,
+        ATOMIC_DQ,
+        DOT_PRECISION,
+    )
     dk, dv = _attn_bwd_dkdv_inner(
-        dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, tl.maximum(masked_hi, lo), N_QUERIES,
-        N_QUERIES, N_KEYS, qk_scale, scale, D, BLOCK_M, False, ATOMIC_DQ, DOT_PRECISION,
-    )  # fmt: skip
+        dk,
+        dv,
+        k,
+        v,
+        q_desc,
+        do_desc,
+        L,
+        DELTA,
+        DQ,
+        k_pos,
+        tl.maximum(masked_hi, lo),
+        N_QUERIES,
+        N_QUERIES,
+        N_KEYS,
+        qk_scale,
+        scale,
+        D,
+        BLOCK_M,
+        False,
+        ATOMIC_DQ,
+        DOT_PRECISION,
+    )
     dk_desc.store([k_start, 0], (dk * scale).to(k.dtype))  # dK_j = scale * sum_i dS_ij^T Q_i
     dv_desc.store([k_start, 0], dv.to(v.dtype))
 
 
 @triton.jit
 def _attn_bwd_dq_inner(
-    dq, q, do, l_2, delta, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    dq,
+    q,
+    do,
+    l_2,
+    delta,
+    k_desc,
+    v_desc,
+    q_pos,
+    lo,
+    hi,
+    N_KEYS,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """dQ_i summed over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
@@ -440,16 +560,30 @@ def _attn_bwd_dq_inner(
 
 
 @triton.autotune(
-    configs=BWD_DQ_CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"],
+    configs=BWD_DQ_CONFIGS,
+    key=["D", "IS_CAUSAL", "N_BUCKET"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_N")},
-)  # fmt: skip
+)
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dq(
-    Q, K, V, DO, L, DELTA, DQ,  # DQ like Q, written
-    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    DELTA,
+    DQ,  # DQ like Q, written
+    N_QUERIES,
+    N_KEYS,
+    N_SEQS,
+    N_BUCKET,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     pid = tl.program_id(0)
     tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS  # last query tiles (most keys) first
     bh = (pid % N_SEQS).to(tl.int64)
@@ -477,13 +611,41 @@ def _attn_bwd_dq(
         hi = N_KEYS
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
     dq = _attn_bwd_dq_inner(
-        dq, q, do, l_2, delta, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
-        BLOCK_N, False, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        dq,
+        q,
+        do,
+        l_2,
+        delta,
+        k_desc,
+        v_desc,
+        q_pos,
+        0,
+        unmasked_hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
     dq = _attn_bwd_dq_inner(
-        dq, q, do, l_2, delta, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
-        BLOCK_N, True, IS_CAUSAL, DOT_PRECISION,
-    )  # fmt: skip
+        dq,
+        q,
+        do,
+        l_2,
+        delta,
+        k_desc,
+        v_desc,
+        q_pos,
+        unmasked_hi,
+        hi,
+        N_KEYS,
+        qk_scale,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        DOT_PRECISION,
+    )
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 

@@ -59,8 +59,17 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
-    def _work_item(r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, BLOCK_M: gl.constexpr,
-                   BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):  # fmt: skip
+    def _work_item(
+        r,
+        n_programs,
+        n_tiles_m,
+        N_QUERIES,
+        N_KEYS,
+        N_SEQS,
+        BLOCK_M: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):
         """The program's r-th query tile: (index, sequence, first row, key tiles, unmasked key tiles).
         Programs take tiles in rounds of n_programs, up the program ids in even rounds and down in
         odd ones, so that causal, where tiles come longest first, no program gets the longest of
@@ -84,9 +93,16 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_partition(
-        Q, K, V, sizes, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        Q,
+        K,
+        V,
+        sizes,
+        buffers,
+        D: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
-    ):  # fmt: skip
+    ):
         """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
         last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
@@ -111,19 +127,20 @@ if HAVE_GLUON:
                 mbarrier.wait(q_free, (done & 1) ^ 1)
                 mbarrier.expect(q_ready, WARPGROUPS * ROWS * D * 2)  # zero rows past N_QUERIES count too
                 for i in gl.static_range(WARPGROUPS):  # each warpgroup's own rows
-                    tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready,
-                                                    q_smem.index(i).reshape([1, ROWS, D]))  # fmt: skip
+                    tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready, q_smem.index(i).reshape([1, ROWS, D]))
                 for j in range(n_tiles):
                     slot = it % STAGES
                     phase = (it // STAGES) & 1
                     mbarrier.wait(k_free.index(slot), phase ^ 1)
                     mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
-                    tma_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot),
-                                                    k_ring.index(slot).reshape([1, BLOCK_N, D]))  # fmt: skip
+                    tma_load(
+                        k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D])
+                    )
                     mbarrier.wait(v_free.index(slot), phase ^ 1)
                     mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
-                    tma_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot),
-                                                    v_ring.index(slot).reshape([1, BLOCK_N, D]))  # fmt: skip
+                    tma_load(
+                        v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D])
+                    )
                     it += 1
                 done += 1
 
@@ -144,9 +161,27 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _softmax_step(
-        j, it, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free, rows, N_KEYS,
-        qk_scale, STAGES: gl.constexpr, MASKED: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    ):  # fmt: skip
+        j,
+        it,
+        acc,
+        p_prev,
+        m_i,
+        l_i,
+        s0,
+        q,
+        k_ring,
+        v_ring,
+        k_ready,
+        k_free,
+        v_ready,
+        v_free,
+        rows,
+        N_KEYS,
+        qk_scale,
+        STAGES: gl.constexpr,
+        MASKED: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):
         """Key tile j >= 1, ring position it (s0: zeros shaped and laid out as S): S_j = Q K_j^T and
         O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs."""
         slot = it % STAGES
@@ -166,9 +201,17 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _softmax_partition(
-        O, L, qk_scale, sizes, buffers,
-        WG: gl.constexpr, D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-    ):  # fmt: skip
+        O,
+        L,
+        qk_scale,
+        sizes,
+        buffers,
+        WG: gl.constexpr,
+        D: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+    ):
         """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
         q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
@@ -206,14 +249,50 @@ if HAVE_GLUON:
 
                 for j in range(1, n_unmasked):  # whole tiles every row sees: no mask
                     acc, p_prev, m_i, l_i = _softmax_step(
-                        j, it + j, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free,
-                        rows, N_KEYS, qk_scale, STAGES, False, IS_CAUSAL,
-                    )  # fmt: skip
+                        j,
+                        it + j,
+                        acc,
+                        p_prev,
+                        m_i,
+                        l_i,
+                        s0,
+                        q,
+                        k_ring,
+                        v_ring,
+                        k_ready,
+                        k_free,
+                        v_ready,
+                        v_free,
+                        rows,
+                        N_KEYS,
+                        qk_scale,
+                        STAGES,
+                        False,
+                        IS_CAUSAL,
+                    )
                 for j in range(gl.maximum(n_unmasked, 1), n_tiles):  # the diagonal and the ragged last tile
                     acc, p_prev, m_i, l_i = _softmax_step(
-                        j, it + j, acc, p_prev, m_i, l_i, s0, q, k_ring, v_ring, k_ready, k_free, v_ready, v_free,
-                        rows, N_KEYS, qk_scale, STAGES, True, IS_CAUSAL,
-                    )  # fmt: skip
+                        j,
+                        it + j,
+                        acc,
+                        p_prev,
+                        m_i,
+                        l_i,
+                        s0,
+                        q,
+                        k_ring,
+                        v_ring,
+                        k_ready,
+                        k_free,
+                        v_ready,
+                        v_free,
+                        rows,
+                        N_KEYS,
+                        qk_scale,
+                        STAGES,
+                        True,
+                        IS_CAUSAL,
+                    )
                 mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the loader may bring the next Q
 
                 it += n_tiles
@@ -229,17 +308,33 @@ if HAVE_GLUON:
                 cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
                 o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
                 seq = bh.to(gl.int64) * N_QUERIES
-                gl.store(O + (seq + o_rows[:, None]) * D + cols[None, :], o.to(O.dtype.element_ty),
-                         mask=(o_rows < N_QUERIES)[:, None])  # fmt: skip
+                gl.store(
+                    O + (seq + o_rows[:, None]) * D + cols[None, :],
+                    o.to(O.dtype.element_ty),
+                    mask=(o_rows < N_QUERIES)[:, None],
+                )
                 lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
                 gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
 
     @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS"])
     def _attn_fwd_ws(
-        Q, K, V, O, L, N_QUERIES, N_KEYS, N_SEQS, scale,
-        D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-        ROWS: gl.constexpr, WARPGROUPS: gl.constexpr, REGISTERS: gl.constexpr,
-    ):  # fmt: skip
+        Q,
+        K,
+        V,
+        O,
+        L,
+        N_QUERIES,
+        N_KEYS,
+        N_SEQS,
+        scale,
+        D: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        ROWS: gl.constexpr,
+        WARPGROUPS: gl.constexpr,
+        REGISTERS: gl.constexpr,
+    ):
         n_programs = gl.num_programs(0)  # persistent: fewer programs than query tiles, each takes several
         n_tiles_m = gl.cdiv(N_QUERIES, WARPGROUPS * ROWS)
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)

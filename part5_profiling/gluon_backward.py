@@ -105,8 +105,21 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
-    def _load_tile(desc, stat_desc, ring, stat_ring, ready, free, slot, phase, bh, q_start, padded,
-                   D: gl.constexpr, BLOCK_M: gl.constexpr):  # fmt: skip
+    def _load_tile(
+        desc,
+        stat_desc,
+        ring,
+        stat_ring,
+        ready,
+        free,
+        slot,
+        phase,
+        bh,
+        q_start,
+        padded,
+        D: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+    ):
         """Once buffer `slot` is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks and its row
         statistic (L_i * log2(e) or D_i), all on one barrier."""
         CHUNKS: gl.constexpr = D // 64
@@ -119,8 +132,18 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_load(
-        Q, K, V, DO, L2, DELTA, sizes, loads, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-    ):  # fmt: skip
+        Q,
+        K,
+        V,
+        DO,
+        L2,
+        DELTA,
+        sizes,
+        loads,
+        D: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
@@ -148,15 +171,42 @@ if HAVE_GLUON:
             phase = (i // STAGES) & 1
             q_start = q_lo + i * BLOCK_M
             _load_tile(q_desc, l2_desc, q_ring, l2_ring, q_ready, q_free, slot, phase, bh, q_start, padded, D, BLOCK_M)
-            _load_tile(do_desc, delta_desc, do_ring, delta_ring, do_ready, do_free, slot, phase, bh, q_start, padded,
-                       D, BLOCK_M)  # fmt: skip
+            _load_tile(
+                do_desc,
+                delta_desc,
+                do_ring,
+                delta_ring,
+                do_ready,
+                do_free,
+                slot,
+                phase,
+                bh,
+                q_start,
+                padded,
+                D,
+                BLOCK_M,
+            )
 
     @gluon.jit
     def _bwd_step(
-        i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
+        i,
+        dk0,
+        dk1,
+        dv0,
+        dv1,
+        sizes,
+        loads,
+        exchange,
+        dq_desc,
+        k_pos,
+        qk_scale,
+        WG: gl.constexpr,
+        D: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        STAGES: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr,
         MASKED: gl.constexpr,
-    ):  # fmt: skip
+    ):
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
@@ -173,14 +223,16 @@ if HAVE_GLUON:
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
         mbarrier.wait(q_ready.index(slot), phase)
-        s = warpgroup_mma(k_smem.index(WG), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
-                          is_async=True)  # fmt: skip
+        s = warpgroup_mma(
+            k_smem.index(WG), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
+        )
         if CHUNKS == 2:
             s = warpgroup_mma(k_smem.index(2 + WG), q_ring.index(slot * 2 + 1).permute((1, 0)), s, is_async=True)
         l_2 = l2_ring.index(slot).load(stat_layout)  # came with Q_i: shared memory, not global
         mbarrier.wait(do_ready.index(slot), phase)
-        dp = warpgroup_mma(v_smem.index(WG), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False,
-                           is_async=True)  # fmt: skip
+        dp = warpgroup_mma(
+            v_smem.index(WG), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
+        )
         if CHUNKS == 2:
             dp = warpgroup_mma(v_smem.index(2 + WG), do_ring.index(slot * 2 + 1).permute((1, 0)), dp, is_async=True)
         s = warpgroup_mma_wait(CHUNKS, deps=[s])  # S^T is done (issued first); dP^T may still run
@@ -212,13 +264,11 @@ if HAVE_GLUON:
         mbarrier.wait(ds_ready, i & 1)
         q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
         if CHUNKS == 2:
-            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False,
-                               is_async=True)  # fmt: skip
+            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False, is_async=True)
             dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(WG * 2 + 1), dq, is_async=True)
             dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
         else:
-            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False,
-                               is_async=True)  # fmt: skip
+            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False, is_async=True)
             dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
         mbarrier.arrive(ds_free, count=1)
         mbarrier.arrive(q_free.index(slot), count=1)
@@ -234,9 +284,18 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_partition(
-        outs, scale, n_masked, sizes, loads, exchange,
-        WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-    ):  # fmt: skip
+        outs,
+        scale,
+        n_masked,
+        sizes,
+        loads,
+        exchange,
+        WG: gl.constexpr,
+        D: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        STAGES: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr,
+    ):
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         DK, DV, DQ = outs
@@ -251,11 +310,45 @@ if HAVE_GLUON:
         dq_desc = tma.make_tensor_descriptor(DQ, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], f32)
         mbarrier.wait(loads[6], 0)  # kv_ready
         for i in range(0, n_masked):
-            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, True)  # fmt: skip
+            dk0, dk1, dv0, dv1 = _bwd_step(
+                i,
+                dk0,
+                dk1,
+                dv0,
+                dv1,
+                sizes,
+                loads,
+                exchange,
+                dq_desc,
+                k_pos,
+                qk_scale,
+                WG,
+                D,
+                BLOCK_M,
+                STAGES,
+                DQ_BUFFERS,
+                True,
+            )
         for i in range(n_masked, n_q_tiles):
-            dk0, dk1, dv0, dv1 = _bwd_step(i, dk0, dk1, dv0, dv1, sizes, loads, exchange, dq_desc, k_pos, qk_scale,
-                                           WG, D, BLOCK_M, STAGES, DQ_BUFFERS, False)  # fmt: skip
+            dk0, dk1, dv0, dv1 = _bwd_step(
+                i,
+                dk0,
+                dk1,
+                dv0,
+                dv1,
+                sizes,
+                loads,
+                exchange,
+                dq_desc,
+                k_pos,
+                qk_scale,
+                WG,
+                D,
+                BLOCK_M,
+                STAGES,
+                DQ_BUFFERS,
+                False,
+            )
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
@@ -269,10 +362,28 @@ if HAVE_GLUON:
 
     @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
     def _attn_bwd_ws(
-        Q, K, V, DO, L2, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, GROUP, scale,
-        D: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, DQ_BUFFERS: gl.constexpr,
-        IS_CAUSAL: gl.constexpr, REGISTERS: gl.constexpr, ORDER: gl.constexpr,
-    ):  # fmt: skip
+        Q,
+        K,
+        V,
+        DO,
+        L2,
+        DELTA,
+        DK,
+        DV,
+        DQ,
+        N_QUERIES,
+        N_KEYS,
+        N_SEQS,
+        GROUP,
+        scale,
+        D: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        STAGES: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        REGISTERS: gl.constexpr,
+        ORDER: gl.constexpr,
+    ):
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
         n_key_blocks = gl.cdiv(N_KEYS, 128)
@@ -346,9 +457,7 @@ if HAVE_GLUON:
 
 
 @triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
-def _bwd_prepare(
-    O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr
-):  # fmt: skip
+def _bwd_prepare(O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr):
     """Per query tile: D_i = rowsum(dO_i * O_i) and L_i * log2(e), zeros past N_QUERIES up to a whole
     tile (the Gluon kernel reads them without masks), and zeros into the float32 dQ."""
     pid = tl.program_id(0)
@@ -397,8 +506,15 @@ def constexprs(d, is_causal, order=None, n_q=0):
     """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (by default
     default_order(is_causal, n_q))."""
     order = default_order(is_causal, n_q) if order is None else order
-    return dict(D=d, BLOCK_M=BLOCK_M, STAGES=STAGES, DQ_BUFFERS=DQ_BUFFERS, IS_CAUSAL=is_causal,
-                REGISTERS=REGISTERS, ORDER=order)  # fmt: skip
+    return dict(
+        D=d,
+        BLOCK_M=BLOCK_M,
+        STAGES=STAGES,
+        DQ_BUFFERS=DQ_BUFFERS,
+        IS_CAUSAL=is_causal,
+        REGISTERS=REGISTERS,
+        ORDER=order,
+    )
 
 
 def group_size(n_seqs, n_q, d, l2_budget=L2_BUDGET):
@@ -428,8 +544,11 @@ def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget
     _dq_convert. launchers: the three as callables with the signature of part 5's Launch
     (flash_backward passes its own, which skip Triton's per-call Python); None: Triton's own launch
     path (the studies and tests). l2_budget: what GROUPED fits a group of sequences in (group_size)."""
-    prepare, main, convert = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws),
-                                           _triton_path(_dq_convert))  # fmt: skip
+    prepare, main, convert = launchers or (
+        _triton_path(_bwd_prepare),
+        _triton_path(_attn_bwd_ws),
+        _triton_path(_dq_convert),
+    )
     n_seqs, n_q, d = q.shape
     n_k = k.shape[1]
     dk, dv, dq32, lse2, delta = allocate(q, k)

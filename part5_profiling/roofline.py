@@ -51,18 +51,38 @@ def points(profile_rows):
         groups.setdefault((r["target"], r["pass"], r["D"], r["causal"]), []).append(r)
     out = []
     for (target, pass_, d, causal), rows in sorted(groups.items()):
-        total = next((r for r in rows if r["method"] == "cupti" and r["kernel"] == "(all kernels)"
-                      and r["metric"] == "time per call"), None)  # fmt: skip
+        total = next(
+            (
+                r
+                for r in rows
+                if r["method"] == "cupti" and r["kernel"] == "(all kernels)" and r["metric"] == "time per call"
+            ),
+            None,
+        )
         if total is None:
             continue
         seconds = float(total["value"]) * 1e-6
         flops = attention_flops(B, H, N, N, d, causal, pass_)
-        dram = [dram_bytes(r) for r in rows if r["method"] == "ncu" and r["metric"] in ("DRAM bytes read", "DRAM bytes written")
-                and r["value"] not in ("", None)]  # fmt: skip
+        dram = [
+            dram_bytes(r)
+            for r in rows
+            if r["method"] == "ncu"
+            and r["metric"] in ("DRAM bytes read", "DRAM bytes written")
+            and r["value"] not in ("", None)
+        ]
         measured = bool(dram) and None not in dram  # each value in its own unit: ncu scales them one by one
         nbytes = sum(dram) if measured else compulsory_bytes(pass_, d)
-        out.append(dict(target=target, pass_=pass_, D=d, causal=causal, tflops=flops / seconds * 1e-12,
-                        intensity=flops / nbytes, measured=measured))  # fmt: skip
+        out.append(
+            dict(
+                target=target,
+                pass_=pass_,
+                D=d,
+                causal=causal,
+                tflops=flops / seconds * 1e-12,
+                intensity=flops / nbytes,
+                measured=measured,
+            )
+        )
     return out
 
 
@@ -93,8 +113,14 @@ def figure(ceiling_rows, profile_rows):
     for i, target in enumerate(dict.fromkeys(p["target"] for p in pts)):
         color = f"C{i % 10}"
         for j, p in enumerate(q for q in pts if q["target"] == target):
-            ax.scatter(p["intensity"], p["tflops"], marker=markers[p["pass_"]], edgecolors=color,
-                       facecolors=color if p["measured"] else "none", label=None if j else impl_label(target))  # fmt: skip
+            ax.scatter(
+                p["intensity"],
+                p["tflops"],
+                marker=markers[p["pass_"]],
+                edgecolors=color,
+                facecolors=color if p["measured"] else "none",
+                label=None if j else impl_label(target),
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per DRAM byte)")
@@ -102,8 +128,11 @@ def figure(ceiling_rows, profile_rows):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="lower right")
     gpu = ceiling_rows[0]["gpu"]
-    fig.suptitle(f"Roofline, B=4, H=8, N=4096, bf16 — {gpu}. Circles: forward, squares: backward; "
-                 "hollow: bytes modelled, filled: measured", fontsize=9)  # fmt: skip
+    fig.suptitle(
+        f"Roofline, B=4, H=8, N=4096, bf16 — {gpu}. Circles: forward, squares: backward; "
+        "hollow: bytes modelled, filled: measured",
+        fontsize=9,
+    )
     fig.tight_layout()
     return fig
 
@@ -125,8 +154,11 @@ def main(argv=None):
     gpu_dir = results.results_dir(args.gpu)
     path = draw(Path(gpu_dir))
     if path is None:
-        print(f"needs part5_ceilings.csv and part5_profile.csv in {results.shown(gpu_dir)}: run ceilings.py and "
-              "profile.py on a GPU first", file=sys.stderr)  # fmt: skip
+        print(
+            f"needs part5_ceilings.csv and part5_profile.csv in {results.shown(gpu_dir)}: run ceilings.py and "
+            "profile.py on a GPU first",
+            file=sys.stderr,
+        )
         return 2
     print(f"wrote {results.shown(path)}")
     return 0

@@ -63,7 +63,9 @@ path = GPU_DIR / "part5_profile.csv"
 if path.exists():
     for p in roofline.points(results.read_csv(path)):
         how = "measured" if p["measured"] else "modelled"
-        print(f"{p['target']:>12} {p['pass_']} D={p['D']:<3} causal={p['causal']}: {p['tflops']:6.1f} TFLOP/s at "
-              f"{p['intensity']:6.0f} FLOPs per byte ({how} bytes)")  # fmt: skip
+        print(
+            f"{p['target']:>12} {p['pass_']} D={p['D']:<3} causal={p['causal']}: {p['tflops']:6.1f} TFLOP/s at "
+            f"{p['intensity']:6.0f} FLOPs per byte ({how} bytes)"
+        )
 else:
     print(f"({results.shown(path)} is not there yet: `make profile PART=N` on a GPU writes it)")

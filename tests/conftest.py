@@ -79,9 +79,14 @@ def pytest_runtest_makereport(item, call):
     if report.failed and torch.cuda.is_available():
         try:
             free, total = torch.cuda.mem_get_info()
-            report.sections.append(("GPU memory", f"this process: {torch.cuda.memory_allocated() / 2**30:.2f} GiB "
-                                    f"allocated, {torch.cuda.memory_reserved() / 2**30:.2f} GiB reserved; the GPU: "
-                                    f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free"))  # fmt: skip
+            report.sections.append(
+                (
+                    "GPU memory",
+                    f"this process: {torch.cuda.memory_allocated() / 2**30:.2f} GiB "
+                    f"allocated, {torch.cuda.memory_reserved() / 2**30:.2f} GiB reserved; the GPU: "
+                    f"{free / 2**30:.1f} of {total / 2**30:.1f} GiB free",
+                )
+            )
         except RuntimeError as e:  # a broken CUDA context cannot even say this
             report.sections.append(("GPU memory", f"unreadable: {e}"))
     return report

@@ -71,8 +71,12 @@ def test_every_tile_ratio(part, tiles, tmp_path):
     """Both backward kernels with BLOCK_M <, = and > BLOCK_N, causal (diagonal tiles) and not."""
     stages = 1 if INTERPRET else 2
     config = f'[triton.Config({{"BLOCK_M": {tiles[0]}, "BLOCK_N": {tiles[1]}}}, num_warps=4, num_stages={stages})]'
-    module = mutant(part, tmp_path, f"bwd_tiles_{tiles[0]}x{tiles[1]}",
-                    [(DKDV_LINE, f"BWD_DKDV_CONFIGS = {config}"), (DQ_LINE, f"BWD_DQ_CONFIGS = {config}")])  # fmt: skip
+    module = mutant(
+        part,
+        tmp_path,
+        f"bwd_tiles_{tiles[0]}x{tiles[1]}",
+        [(DKDV_LINE, f"BWD_DKDV_CONFIGS = {config}"), (DQ_LINE, f"BWD_DQ_CONFIGS = {config}")],
+    )
     for is_causal in (False, True):
         q, k, v, do = make_inputs(SHAPE, torch.float16, DEVICE, seed=4)
         assert_report_ok(check_part(module, q, k, v, do, is_causal), f"{tiles} causal={is_causal}")

@@ -123,8 +123,14 @@ def test_rows_replace_same_key_in_bench_order(tmp_path):
     write([row("part1", 512, ms="3"), row("part1", 1024, ms="4"), row("sdpa_cudnn", 512, "fwd+bwd")])
     got = [(r["mode"], r["impl"], r["N"], r["ms"]) for r in results.read_csv(path)]
     # Modes in the benchmark's order, parts by number (10 after 1), then SDPA's backends; N last.
-    assert got == [("fwd", "part1", 512, 3), ("fwd", "part1", 1024, 4), ("fwd", "part10", 512, 1),
-                   ("fwd", "sdpa_flash", 512, 1), ("fwd+bwd", "sdpa_cudnn", 512, 1), ("bwd", "part1", 512, 1)]  # fmt: skip
+    assert got == [
+        ("fwd", "part1", 512, 3),
+        ("fwd", "part1", 1024, 4),
+        ("fwd", "part10", 512, 1),
+        ("fwd", "sdpa_flash", 512, 1),
+        ("fwd+bwd", "sdpa_cudnn", 512, 1),
+        ("bwd", "part1", 512, 1),
+    ]
 
 
 def test_a_part_without_a_kernel_is_one_line_and_exit_2(capsys):
@@ -168,6 +174,8 @@ def test_forward_row_checks_before_it_times(part, monkeypatch):
     assert row["check"].startswith("FAIL") and not timed and "graph_ms" not in row
 
 
+# Run eagerly on purpose (the benchmark compiles it): flex_attention warns, once, that it is.
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile:UserWarning")
 def test_flex_attention_is_checked_like_sdpa(monkeypatch):
     """FlexAttention's causal mask is top-left aligned like everything else: its O and gradients pass
     the same checks (run eagerly here; the benchmark compiles it)."""

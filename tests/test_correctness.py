@@ -50,6 +50,10 @@ STRESS_SHAPES = (
 )
 
 
+# The backward takes exp2(S - L) over whole tiles and zeroes what the causal mask hides afterwards:
+# hidden scores of order 100 overflow there, on purpose and harmlessly. The interpreter (numpy)
+# warns about it; a GPU does not.
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
 @pytest.mark.parametrize("is_causal", CAUSAL, ids=CAUSAL_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", STRESS_SHAPES, ids=str)

@@ -67,8 +67,7 @@ def _compiled_rows(script):
     suite's own process may be under the interpreter)."""
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -201,8 +200,13 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
 
 # Ragged lengths, N_q != N_k both ways, one key tile, one query, more key tiles than SMs.
-BWD_SHAPES = [Shape((2, 3), 777, 513, 128), Shape((2, 2), 100, 300, 128), Shape((1, 3), 1000, 64, 128),
-              Shape((3, 2), 1, 1, 128), Shape((4, 40), 300, 700, 128)]  # fmt: skip
+BWD_SHAPES = [
+    Shape((2, 3), 777, 513, 128),
+    Shape((2, 2), 100, 300, 128),
+    Shape((1, 3), 1000, 64, 128),
+    Shape((3, 2), 1, 1, 128),
+    Shape((4, 40), 300, 700, 128),
+]
 
 
 def _gluon_grads(part5, q, k, v, do, is_causal, order=None, l2_budget=None):

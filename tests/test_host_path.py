@@ -19,12 +19,22 @@ SHAPE = Shape((2, 3), 300, 260, 64) if HAS_GPU else Shape((1, 2), 40, 33, 32)
 # Each differs from SHAPE in one thing the launch depends on: N_q (and so the grid), N_k, D,
 # the batch/head layout (same B*H x N x D, 3-D), the number of sequences.
 OTHERS = (
-    [Shape((2, 3), 520, 260, 64), Shape((2, 3), 300, 700, 64), Shape((2, 3), 300, 260, 128),
-     Shape((6,), 300, 260, 64), Shape((3, 3), 300, 260, 64)]
+    [
+        Shape((2, 3), 520, 260, 64),
+        Shape((2, 3), 300, 700, 64),
+        Shape((2, 3), 300, 260, 128),
+        Shape((6,), 300, 260, 64),
+        Shape((3, 3), 300, 260, 64),
+    ]
     if HAS_GPU
-    else [Shape((1, 2), 70, 33, 32), Shape((1, 2), 40, 50, 32), Shape((1, 2), 40, 33, 16),
-          Shape((2,), 40, 33, 32), Shape((2, 2), 40, 33, 32)]
-)  # fmt: skip
+    else [
+        Shape((1, 2), 70, 33, 32),
+        Shape((1, 2), 40, 50, 32),
+        Shape((1, 2), 40, 33, 16),
+        Shape((2,), 40, 33, 32),
+        Shape((2, 2), 40, 33, 32),
+    ]
+)
 
 
 def _transposed(t):

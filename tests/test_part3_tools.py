@@ -95,8 +95,15 @@ def test_study_kernel_is_part3_with_its_switches_at_rest(part):
 
 
 @pytest.mark.only_parts(3)
-@pytest.mark.parametrize("order", ["sequence-major", "sequence-major, last tile first", "tile-major, last tile first",
-                                   "tile-major in groups of 4 sequences, last tile first"])  # fmt: skip
+@pytest.mark.parametrize(
+    "order",
+    [
+        "sequence-major",
+        "sequence-major, last tile first",
+        "tile-major, last tile first",
+        "tile-major in groups of 4 sequences, last tile first",
+    ],
+)
 def test_every_launch_order_is_correct(part, order):
     """Each order the launch-order study times computes the same attention (ragged N, N_q != N_k,
     causal; more query tiles than sequences and the reverse; a last group of fewer than 4)."""

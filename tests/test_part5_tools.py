@@ -48,15 +48,47 @@ def test_roofline_points_measured_and_modelled(tmp_path):
 
     base = dict(D=128, causal=0, note="", **META)
     rows = [
-        dict(base, target="part4", kernel="(all kernels)", **{"pass": "fwd"}, method="cupti", metric="time per call",
-             value=1000.0, unit="us"),
-        dict(base, target="part4", kernel="_attn_fwd", **{"pass": "fwd"}, method="ncu", metric="DRAM bytes read",
-             value=100.0, unit="Mbyte"),
-        dict(base, target="part4", kernel="_attn_fwd", **{"pass": "fwd"}, method="ncu", metric="DRAM bytes written",
-             value=50.0, unit="Mbyte"),
-        dict(base, target="sdpa_cudnn", kernel="(all kernels)", **{"pass": "bwd"}, method="cupti",
-             metric="time per call", value=2000.0, unit="us"),
-    ]  # fmt: skip
+        dict(
+            base,
+            target="part4",
+            kernel="(all kernels)",
+            **{"pass": "fwd"},
+            method="cupti",
+            metric="time per call",
+            value=1000.0,
+            unit="us",
+        ),
+        dict(
+            base,
+            target="part4",
+            kernel="_attn_fwd",
+            **{"pass": "fwd"},
+            method="ncu",
+            metric="DRAM bytes read",
+            value=100.0,
+            unit="Mbyte",
+        ),
+        dict(
+            base,
+            target="part4",
+            kernel="_attn_fwd",
+            **{"pass": "fwd"},
+            method="ncu",
+            metric="DRAM bytes written",
+            value=50.0,
+            unit="Mbyte",
+        ),
+        dict(
+            base,
+            target="sdpa_cudnn",
+            kernel="(all kernels)",
+            **{"pass": "bwd"},
+            method="cupti",
+            metric="time per call",
+            value=2000.0,
+            unit="us",
+        ),
+    ]
     pts = {p["target"]: p for p in roofline.points(results.read_csv(_write(tmp_path, rows)))}
     flops = attention_flops(4, 8, 4096, 4096, 128, False)
     assert pts["part4"]["measured"] and pts["part4"]["intensity"] == pytest.approx(flops / 150e6)
@@ -64,9 +96,11 @@ def test_roofline_points_measured_and_modelled(tmp_path):
     assert not pts["sdpa_cudnn"]["measured"]  # no counters: the compulsory bytes, read Q K V O dO L, write dQ dK dV D
     t, v = 4 * 8 * 4096 * 128 * 2, 4 * 8 * 4096 * 4
     assert pts["sdpa_cudnn"]["intensity"] == pytest.approx(flops * 2.5 / (8 * t + 3 * v))
-    ceilings = [dict(ceiling="bf16 matmul", shape="square", value=800.0, unit="TFLOP/s", method="measured", **META),
-                dict(ceiling="memory bandwidth", shape="copy", value=4.0, unit="TB/s", method="measured", **META),
-                dict(ceiling="bf16 matmul", shape="datasheet", value=989.0, unit="TFLOP/s", method="datasheet", **META)]  # fmt: skip
+    ceilings = [
+        dict(ceiling="bf16 matmul", shape="square", value=800.0, unit="TFLOP/s", method="measured", **META),
+        dict(ceiling="memory bandwidth", shape="copy", value=4.0, unit="TB/s", method="measured", **META),
+        dict(ceiling="bf16 matmul", shape="datasheet", value=989.0, unit="TFLOP/s", method="datasheet", **META),
+    ]
     assert roofline.ceilings(ceilings) == (800.0, 4.0)
     assert roofline.figure(ceilings, results.read_csv(tmp_path / "part5_profile.csv")).axes
 
@@ -160,8 +194,10 @@ def test_compiled_reads_a_binary_off_the_compiler():
 
     from common import ROOT
 
-    code = ("import json; from part5_profiling.tools import compiled, forward_variants as fv; "
-            "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, fv.TUNED[1])))")  # fmt: skip
+    code = (
+        "import json; from part5_profiling.tools import compiled, forward_variants as fv; "
+        "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, fv.TUNED[1])))"
+    )
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -191,8 +227,14 @@ def test_walkthrough_runs_in_a_fresh_process():
     assert "FLOPs per byte" in out.stdout
 
 
-CANDIDATE_NAMES = ["part 4", "warp-specialized key loop", "grouped causal order", "one warp-specialized loop",
-                   "warp-specialized whole tiles", "Q K^T issued one tile ahead"]  # fmt: skip
+CANDIDATE_NAMES = [
+    "part 4",
+    "warp-specialized key loop",
+    "grouped causal order",
+    "one warp-specialized loop",
+    "warp-specialized whole tiles",
+    "Q K^T issued one tile ahead",
+]
 
 
 @pytest.mark.parametrize("name", CANDIDATE_NAMES)
@@ -236,61 +278,164 @@ def test_part5_tables(tmp_path):
     """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
     from part5_profiling.tools import candidates, ceilings, compiled, gluon_study, launch_cost, profile, report, stages
 
-    write_csv(tmp_path / "part5_ceilings.csv", [
-        dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
-        dict(ceiling="memory bandwidth", shape="copy", value=4.3, unit="TB/s", method="measured", **META)],
-        ceilings.FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_ceilings.csv",
+        [
+            dict(ceiling="bf16 matmul", shape="square", value=790.5, unit="TFLOP/s", method="measured", **META),
+            dict(ceiling="memory bandwidth", shape="copy", value=4.3, unit="TB/s", method="measured", **META),
+        ],
+        ceilings.FIELDS,
+    )
     assert "| bf16 matmul | square | 790.5 | TFLOP/s | measured |" in report.table_ceilings(tmp_path)
 
     base = dict(target="part4", D=64, causal=1, note="", **{"pass": "fwd"}, **META)
-    write_csv(tmp_path / "part5_profile.csv", [
-        dict(base, kernel="(all kernels)", method="cupti", metric="time per call", value=250.0, unit="us"),
-        dict(base, kernel="(all kernels)", method="cupti", metric="achieved", value=300.0, unit="TFLOP/s"),
-        dict(base, kernel="_attn_fwd", method="compiler", metric="registers per thread", value=168, unit=""),
-        dict(base, kernel="_attn_fwd", method="compiler", metric="spilled registers", value=0, unit=""),
-        dict(base, kernel="(all kernels)", method="ncu", metric="unavailable", value="", unit="")], profile.FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_profile.csv",
+        [
+            dict(base, kernel="(all kernels)", method="cupti", metric="time per call", value=250.0, unit="us"),
+            dict(base, kernel="(all kernels)", method="cupti", metric="achieved", value=300.0, unit="TFLOP/s"),
+            dict(base, kernel="_attn_fwd", method="compiler", metric="registers per thread", value=168, unit=""),
+            dict(base, kernel="_attn_fwd", method="compiler", metric="spilled registers", value=0, unit=""),
+            dict(base, kernel="(all kernels)", method="ncu", metric="unavailable", value="", unit=""),
+        ],
+        profile.FIELDS,
+    )
     table = report.table_profile(tmp_path)
     assert "| part4 | fwd | 64 | yes | 250.0 | 300.0 | _attn_fwd 168 | 0 | — | — | no |" in table
 
-    write_csv(tmp_path / "part5_launch_cost.csv", [
-        dict(part=4, mode=m, N=512, D=128, what=w, group="", us=us, **META)
-        for m, scale in (("fwd", 1), ("bwd", 3)) for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale),
-                                                             ("call_us", 47.0 * scale))]
+    write_csv(
+        tmp_path / "part5_launch_cost.csv",
+        [
+            dict(part=4, mode=m, N=512, D=128, what=w, group="", us=us, **META)
+            for m, scale in (("fwd", 1), ("bwd", 3))
+            for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale), ("call_us", 47.0 * scale))
+        ]
         + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
-        launch_cost.FIELDS)  # fmt: skip
+        launch_cost.FIELDS,
+    )
     table = report.table_launch_cost(tmp_path)
     assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 |" in table and "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 |" in table
     assert "| 4 | bwd | autotuner | 9.5 |" in table
 
-    write_csv(tmp_path / "part5_stages.csv", [
-        dict(variant=v, B=4, H=8, N=4096, D=128, dtype="bf16", causal=0, graph_ms=ms, graph_tflops=1.0, delta_us=delta,
-             config="", check="", **META) for v, ms, delta in (("original", 0.5, 0.0), ("P V twice", 0.6, 100.0))],
-        stages.FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_stages.csv",
+        [
+            dict(
+                variant=v,
+                B=4,
+                H=8,
+                N=4096,
+                D=128,
+                dtype="bf16",
+                causal=0,
+                graph_ms=ms,
+                graph_tflops=1.0,
+                delta_us=delta,
+                config="",
+                check="",
+                **META,
+            )
+            for v, ms, delta in (("original", 0.5, 0.0), ("P V twice", 0.6, 100.0))
+        ],
+        stages.FIELDS,
+    )
     assert "| 128 | no | 500 (+0) | 600 (+100) |" in report.table_stages(tmp_path)
 
-    write_csv(tmp_path / "part5_candidates.csv", [
-        dict(candidate="one warp-specialized loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0,
-             check="FAIL O inf<=1.9e-02 FAIL  L 1.0e-06<=3.7e-05 ok  dQ 2.0<=0.1 FAIL", **META),
-        dict(candidate="part 4", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, graph_tflops=400.0, speedup=1.0,
-             check="ok", **META),
-        dict(candidate="warp-specialized key loop", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, check="error: X",
-             **META)], candidates.FIELDS)  # fmt: skip
-    write_csv(tmp_path / "part5_compiled.csv", [
-        dict(candidate=name, D=128, causal=c, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2, arch="sm_90",
-             **(dict(status="ok", warp_specialized=ws, warps_launched=w, registers=r, stack_bytes=st, smem_bytes=1)
-                if ok else dict(status="error: PassManager::run failed")), **META)
-        for name, c, ok, ws, w, r, st in (("one loop", 0, True, 1, 12, 168, 0), ("one loop", 1, True, 0, 4, 255, 32),
-                                          ("part 4", 0, True, 0, 4, 255, 8), ("two loops", 0, False, 0, 0, 0, 0))],
-        compiled.FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_candidates.csv",
+        [
+            dict(
+                candidate="one warp-specialized loop",
+                B=4,
+                H=8,
+                N=4096,
+                D=64,
+                dtype="bf16",
+                causal=0,
+                check="FAIL O inf<=1.9e-02 FAIL  L 1.0e-06<=3.7e-05 ok  dQ 2.0<=0.1 FAIL",
+                **META,
+            ),
+            dict(
+                candidate="part 4",
+                B=4,
+                H=8,
+                N=4096,
+                D=64,
+                dtype="bf16",
+                causal=0,
+                graph_tflops=400.0,
+                speedup=1.0,
+                check="ok",
+                **META,
+            ),
+            dict(
+                candidate="warp-specialized key loop",
+                B=4,
+                H=8,
+                N=4096,
+                D=64,
+                dtype="bf16",
+                causal=0,
+                check="error: X",
+                **META,
+            ),
+        ],
+        candidates.FIELDS,
+    )
+    write_csv(
+        tmp_path / "part5_compiled.csv",
+        [
+            dict(
+                candidate=name,
+                D=128,
+                causal=c,
+                BLOCK_M=128,
+                BLOCK_N=64,
+                num_warps=4,
+                num_stages=2,
+                arch="sm_90",
+                **(
+                    dict(status="ok", warp_specialized=ws, warps_launched=w, registers=r, stack_bytes=st, smem_bytes=1)
+                    if ok
+                    else dict(status="error: PassManager::run failed")
+                ),
+                **META,
+            )
+            for name, c, ok, ws, w, r, st in (
+                ("one loop", 0, True, 1, 12, 168, 0),
+                ("one loop", 1, True, 0, 4, 255, 32),
+                ("part 4", 0, True, 0, 4, 255, 8),
+                ("two loops", 0, False, 0, 0, 0, 0),
+            )
+        ],
+        compiled.FIELDS,
+    )
     table = report.table_compiled(tmp_path)  # part 4 first; spans over configurations and masks
     assert table.index("| part 4 |") < table.index("| one loop |")
     assert "| one loop | 128 | 2 of 2 | 1 | 4, 12 | 168-255 | 0-32 |" in table
     assert "| two loops | 128 | 0 of 1 | 0 | — | — | — |" in table
 
-    write_csv(tmp_path / "part5_bwd_candidates.csv", [
-        dict(candidate=name, B=4, H=8, N=4096, D=128, dtype="bf16", causal=1, graph_tflops=t, speedup=x, repeatable=r,
-             check="ok", **META) for name, t, x, r in (("dQ by TMA reduce-add", 300.0, 0.75, 0), ("part 4", 400.0, 1.0, 1))],
-        candidates.BWD_FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_bwd_candidates.csv",
+        [
+            dict(
+                candidate=name,
+                B=4,
+                H=8,
+                N=4096,
+                D=128,
+                dtype="bf16",
+                causal=1,
+                graph_tflops=t,
+                speedup=x,
+                repeatable=r,
+                check="ok",
+                **META,
+            )
+            for name, t, x, r in (("dQ by TMA reduce-add", 300.0, 0.75, 0), ("part 4", 400.0, 1.0, 1))
+        ],
+        candidates.BWD_FIELDS,
+    )
     table = report.table_bwd_candidates(tmp_path)
     assert "| 128 | yes | 4096 | 400 (1.00x) | 300 (0.75x) |" in table
     assert "two calls: dQ by TMA reduce-add no, part 4 yes:" in table
@@ -299,20 +444,60 @@ def test_part5_tables(tmp_path):
     assert "| part 4 | one warp-specialized loop | warp-specialized key loop |" in table
     assert "| 64 | no | 4096 | 400 (1.00x) | wrong O, dQ | error |" in table
 
-    write_csv(tmp_path / "part5_gluon.csv", [
-        dict(variant=name, B=4, H=8, N=8192, D=64, dtype="bf16", causal=1, graph_tflops=t, vs_cudnn=x, check="ok", **META)
-        for name, t, x in (("part 4", 400.0, 0.9), ("3 warpgroups, persistent", 430.0, 0.97), ("SDPA cuDNN", 444.0, 1.0))],
-        gluon_study.FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_gluon.csv",
+        [
+            dict(
+                variant=name,
+                B=4,
+                H=8,
+                N=8192,
+                D=64,
+                dtype="bf16",
+                causal=1,
+                graph_tflops=t,
+                vs_cudnn=x,
+                check="ok",
+                **META,
+            )
+            for name, t, x in (
+                ("part 4", 400.0, 0.9),
+                ("3 warpgroups, persistent", 430.0, 0.97),
+                ("SDPA cuDNN", 444.0, 1.0),
+            )
+        ],
+        gluon_study.FIELDS,
+    )
     table = report.table_gluon(tmp_path)  # part 4 first, SDPA cuDNN last, each with its fraction of cuDNN
     assert "| D | causal | N | part 4 | 3 warpgroups, persistent | SDPA cuDNN |" in table
     assert "| 64 | yes | 8192 | 400 (0.90x) | 430 (0.97x) | 444 (1.00x) |" in table
 
-    write_csv(tmp_path / "part5_gluon_bwd.csv", [
-        dict(candidate=name, B=4, H=8, N=4096, D=128, dtype="bf16", causal=0, graph_tflops=t, speedup=x, check=c, **META)
-        for name, t, x, c in (("SDPA cuDNN", 500.0, 1.25, "checked by the benchmark"), ("part 4", 400.0, 1.0, "ok"),
-                              ("Gluon, one pass", 420.0, 1.05, "ok"), ("Gluon, no dQ (ablation)", 560.0, 1.4,
-                              "not checked: computes something else on purpose"),
-                              ("Gluon, sequence-minor", 380.0, 0.95, "ok"))], gluon_study.BWD_FIELDS)  # fmt: skip
+    write_csv(
+        tmp_path / "part5_gluon_bwd.csv",
+        [
+            dict(
+                candidate=name,
+                B=4,
+                H=8,
+                N=4096,
+                D=128,
+                dtype="bf16",
+                causal=0,
+                graph_tflops=t,
+                speedup=x,
+                check=c,
+                **META,
+            )
+            for name, t, x, c in (
+                ("SDPA cuDNN", 500.0, 1.25, "checked by the benchmark"),
+                ("part 4", 400.0, 1.0, "ok"),
+                ("Gluon, one pass", 420.0, 1.05, "ok"),
+                ("Gluon, no dQ (ablation)", 560.0, 1.4, "not checked: computes something else on purpose"),
+                ("Gluon, sequence-minor", 380.0, 0.95, "ok"),
+            )
+        ],
+        gluon_study.BWD_FIELDS,
+    )
     table = report.table_gluon_bwd(tmp_path)  # part 4, part 5's kernel, the orders, then the rest in the CSV's order
     assert (
         "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) |"
@@ -336,8 +521,10 @@ def test_ncu_rows_from_a_run(monkeypatch):
 
     monkeypatch.setattr(profile.shutil, "which", lambda name: "/usr/bin/ncu")
     monkeypatch.setattr(profile.subprocess, "run", fake_run)
-    stalls = ["smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
-              "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]  # fmt: skip
+    stalls = [
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+        "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    ]
     rows = profile.ncu_rows("part4", "fwd", 128, False, ["dram__bytes_read.sum", "gpu__time_duration.sum"], stalls)
     assert "--clock-control" in calls[0] and calls[0][calls[0].index("--clock-control") + 1] == "none"
     got = {r["metric"]: (r["value"], r["unit"]) for r in rows}
@@ -345,8 +532,13 @@ def test_ncu_rows_from_a_run(monkeypatch):
     assert got["stall #1: wait"][0] == "1.50" and got["stall #2: long_scoreboard"][0] == "0.75"
     assert "not offered by this ncu" in got  # the metrics not asked for are named
 
-    monkeypatch.setattr(profile.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
-        cmd, 1, stdout="==ERROR== ERR_NVGPUCTRPERM - no permission\n", stderr=""))  # fmt: skip
+    monkeypatch.setattr(
+        profile.subprocess,
+        "run",
+        lambda cmd, **kw: subprocess.CompletedProcess(
+            cmd, 1, stdout="==ERROR== ERR_NVGPUCTRPERM - no permission\n", stderr=""
+        ),
+    )
     rows = profile.ncu_rows("part4", "fwd", 128, False, ["gpu__time_duration.sum"], [])
     assert [r["metric"] for r in rows] == ["unavailable"] and "ERR_NVGPUCTRPERM" in rows[0]["note"]
 
@@ -373,12 +565,23 @@ def test_time_forwards_rows_errors_and_saves(monkeypatch):
 
     monkeypatch.setattr(study, "forward_row", forward_row)
     saved = []
-    rows = study.time_forwards({"fine": fine, "broken": broken}, lambda label, causal: dict(name=label, c=causal),
-                               (16, 32), head_dims=(16,), b=1, h=1, save=lambda rows: saved.append(len(rows)))  # fmt: skip
+    rows = study.time_forwards(
+        {"fine": fine, "broken": broken},
+        lambda label, causal: dict(name=label, c=causal),
+        (16, 32),
+        head_dims=(16,),
+        b=1,
+        h=1,
+        save=lambda rows: saved.append(len(rows)),
+    )
     assert len(rows) == 2 * 2 * 2 and saved == [2, 4, 6, 8]
     fine_rows = [r for r in rows if r["name"] == "fine"]
-    assert [(r["causal"], r["N"], r["graph_ms"]) for r in fine_rows] == [(0, 16, "0.0160"), (0, 32, "0.0320"),
-                                                                       (1, 16, "0.0160"), (1, 32, "0.0320")]  # fmt: skip
+    assert [(r["causal"], r["N"], r["graph_ms"]) for r in fine_rows] == [
+        (0, 16, "0.0160"),
+        (0, 32, "0.0320"),
+        (1, 16, "0.0160"),
+        (1, 32, "0.0320"),
+    ]
     assert all(r["c"] == bool(r["causal"]) for r in rows)
     assert {r["check"] for r in rows if r["name"] == "broken"} == {
         "error: RuntimeError: out of resources: shared memory"

@@ -17,15 +17,30 @@ def _columns(table):
 
 @pytest.mark.only_parts(3)
 def test_part3_tables_and_figures(part, tmp_path):
-    from part3_inner_loop import ablation, p_cast, report
+    from part3_inner_loop import ablation, p_cast, report, variants
 
     rows = []
     for step in range(len(ablation.LABELS)):
         for d, c in ((64, 0), (64, 1), (128, 0), (128, 1)):
             for n in (2048, 4096, 16384):
                 tf = 100 + 10 * step + d / 64 + c + n / 4096  # distinct everywhere
-                rows.append(dict(step=step, label=ablation.LABELS[step], B=4, H=8, N=n, D=d, causal=c, dtype="bf16",
-                                 ms=1.0, tflops=tf, graph_tflops=tf + 1, check="ok", **META))  # fmt: skip
+                rows.append(
+                    dict(
+                        step=step,
+                        label=ablation.LABELS[step],
+                        B=4,
+                        H=8,
+                        N=n,
+                        D=d,
+                        causal=c,
+                        dtype="bf16",
+                        ms=1.0,
+                        tflops=tf,
+                        graph_tflops=tf + 1,
+                        check="ok",
+                        **META,
+                    )
+                )
     write_csv(tmp_path / "part3_ablation.csv", rows, ablation.FIELDS)
     table = report.table_ablation(tmp_path)
     assert len(_columns(table)) == 1
@@ -39,13 +54,27 @@ def test_part3_tables_and_figures(part, tmp_path):
     assert list(first.get_xdata()) == [2048, 4096, 16384] and list(first.get_ydata()) == [101.5, 102.0, 105.0]
 
     acc = []
-    for v_i, variant in enumerate(["PyTorch attention in the input dtype", *p_cast.VARIANTS]):
+    for v_i, variant in enumerate(["PyTorch attention in the input dtype", *variants.P_PRODUCTS]):
         for dt in ("bf16", "fp16"):
             for n in (512, 2048):
-                acc.append(dict(variant=variant, what="accuracy", dtype=dt, B=1, H=4, N=n, D=64, score_std=1.0,
-                                err=(v_i + 1) * 1e-3 * n / 512, **META))  # fmt: skip
-    acc += [dict(variant=v, what="speed", dtype="bf16", B=4, H=8, N=4096, D=64, ms=1.0, tflops=300 + i, **META)
-            for i, v in enumerate(p_cast.VARIANTS)]  # fmt: skip
+                acc.append(
+                    dict(
+                        variant=variant,
+                        what="accuracy",
+                        dtype=dt,
+                        B=1,
+                        H=4,
+                        N=n,
+                        D=64,
+                        score_std=1.0,
+                        err=(v_i + 1) * 1e-3 * n / 512,
+                        **META,
+                    )
+                )
+    acc += [
+        dict(variant=v, what="speed", dtype="bf16", B=4, H=8, N=4096, D=64, ms=1.0, tflops=300 + i, **META)
+        for i, v in enumerate(variants.P_PRODUCTS)
+    ]
     write_csv(tmp_path / "part3_p_cast.csv", acc, p_cast.FIELDS)
     table = report.table_p_cast(tmp_path)
     assert "| bf16 | 1 | 2048 | 4.0e-03 | 8.0e-03 | 1.2e-02 | 1.6e-02 |" in table
@@ -54,10 +83,27 @@ def test_part3_tables_and_figures(part, tmp_path):
 
     from part3_inner_loop import launch_order
 
-    orders = list(launch_order.ORDERS)
-    rows = [dict(order=o, shipped=int(i == 2), B=4, H=8, N=n, D=d, dtype="bf16", causal=c, ms=1.0,
-                 tflops=200 + i, graph_tflops=300 + 10 * i + d / 64 + c, check="ok", **META)
-            for i, o in enumerate(orders) for d, c in ((64, 0), (128, 1)) for n in (1024, 4096)]  # fmt: skip
+    orders = list(variants.ORDERS)
+    rows = [
+        dict(
+            order=o,
+            shipped=int(i == 2),
+            B=4,
+            H=8,
+            N=n,
+            D=d,
+            dtype="bf16",
+            causal=c,
+            ms=1.0,
+            tflops=200 + i,
+            graph_tflops=300 + 10 * i + d / 64 + c,
+            check="ok",
+            **META,
+        )
+        for i, o in enumerate(orders)
+        for d, c in ((64, 0), (128, 1))
+        for n in (1024, 4096)
+    ]
     write_csv(tmp_path / "part3_launch_order.csv", rows, launch_order.FIELDS)
     table = report.table_launch_order(tmp_path)
     assert len(_columns(table)) == 1
@@ -70,17 +116,44 @@ def test_part4_tables_and_figures(part, tmp_path):
 
     rows = []
     for variant, tf, same in (("second pass (default)", 300.0, 1), ("atomics", 330.0, 0)):
-        rows.append(dict(variant=variant, B=4, H=8, N=4096, D=64, dtype="bf16", causal=1, ms=1.0, tflops=tf,
-                         bitwise_repeatable=same, max_run_to_run=0.0 if same else 2.4e-4, check="ok", **META))  # fmt: skip
+        rows.append(
+            dict(
+                variant=variant,
+                B=4,
+                H=8,
+                N=4096,
+                D=64,
+                dtype="bf16",
+                causal=1,
+                ms=1.0,
+                tflops=tf,
+                bitwise_repeatable=same,
+                max_run_to_run=0.0 if same else 2.4e-4,
+                check="ok",
+                **META,
+            )
+        )
     write_csv(tmp_path / "part4_dq_atomics.csv", rows, dq_atomics.FIELDS)
     table = report.table_dq(tmp_path)
     assert len(_columns(table)) == 1
     assert "| 64 | yes | 4096 | 300 | 330 | 1.10x | yes | no | 2.4e-04 |" in table
 
-    rows = [dict(impl=impl, B=4, H=8, N=n, D=64, dtype="bf16", peak_mib=n * scale if ok else None,
-                 status="ok" if ok else "out of memory", **META)
-            for impl, scale in (("part4", 0.5), ("sdpa_math", 0.01))
-            for n in (1024, 4096) for ok in [impl == "part4" or n < 4096]]  # fmt: skip
+    rows = [
+        dict(
+            impl=impl,
+            B=4,
+            H=8,
+            N=n,
+            D=64,
+            dtype="bf16",
+            peak_mib=n * scale if ok else None,
+            status="ok" if ok else "out of memory",
+            **META,
+        )
+        for impl, scale in (("part4", 0.5), ("sdpa_math", 0.01))
+        for n in (1024, 4096)
+        for ok in [impl == "part4" or n < 4096]
+    ]
     write_csv(tmp_path / "part4_memory.csv", rows, memory.FIELDS)
     table = report.table_memory(tmp_path)
     assert "| 4096 | 2,048 | out of memory |" in table and len(_columns(table)) == 1
@@ -94,9 +167,12 @@ def test_part4_mode_table_adds_flex_when_measured(part, tmp_path):
     from common import bench, impls
     from part4_backward import report
 
-    rows = [dict(impl=impl, part=p, B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, mode="fwd+bwd", ms=ms,
-                 check="ok", **META)
-            for impl, p, ms in (("part4", 4, 1.0), ("sdpa_flash", "", 2.0), ("sdpa_cudnn", "", 0.5))]  # fmt: skip
+    rows = [
+        dict(
+            impl=impl, part=p, B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, mode="fwd+bwd", ms=ms, check="ok", **META
+        )
+        for impl, p, ms in (("part4", 4, 1.0), ("sdpa_flash", "", 2.0), ("sdpa_cudnn", "", 0.5))
+    ]
     write_csv(tmp_path / "bench.csv", rows, bench.FIELDS)
     assert "Flex" not in report.table_mode(tmp_path, "fwd+bwd")
     rows.append(dict(rows[1], impl=impls.FLEX, ms=1.25))

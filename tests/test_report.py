@@ -30,9 +30,24 @@ def _bench_csv(folder):
         for d, c in report.PANELS:
             for n in (1024, 4096):
                 part = int(impl[4:]) if impl.startswith("part") else ""
-                rows.append(dict(impl=impl, part=part, B=4, H=8, N=n, D=d, dtype="bf16", causal=c, mode="fwd",
-                                 ms=_ms(n, d, c, _tf(impl, d, c, n)), graph_ms=_ms(n, d, c, 2 * BASE[impl]),
-                                 backend="64x64 w4 s2" if part == 2 else "", check="ok", **META))  # fmt: skip
+                rows.append(
+                    dict(
+                        impl=impl,
+                        part=part,
+                        B=4,
+                        H=8,
+                        N=n,
+                        D=d,
+                        dtype="bf16",
+                        causal=c,
+                        mode="fwd",
+                        ms=_ms(n, d, c, _tf(impl, d, c, n)),
+                        graph_ms=_ms(n, d, c, 2 * BASE[impl]),
+                        backend="64x64 w4 s2" if part == 2 else "",
+                        check="ok",
+                        **META,
+                    )
+                )
     # Rows that must not be drawn or tabulated as forward numbers: another mode, and a failed check.
     rows.append(dict(rows[0], impl="part2", part=2, mode="fwd+bwd", ms=1e-6))
     rows.append(dict(rows[0], impl="sdpa_math", part="", N=4096, ms="", check="FAIL O=1"))
@@ -57,8 +72,13 @@ def test_write_csv_replaces_rows_with_the_same_key_and_keeps_the_rest_as_written
     path = tmp_path / "bench.csv"
     fields, key = ["impl", "N", "ms"], ("impl", "N")
     results.write_csv(path, [dict(impl="a", N=1, ms="0.0530"), dict(impl="b", N=1, ms="2")], fields, key=key)
-    results.write_csv(path, [dict(impl="b", N=1, ms="3"), dict(impl="b", N=2, ms="4")], fields, key=key,
-                      sort=lambda r: (r["impl"], int(r["N"])))  # fmt: skip
+    results.write_csv(
+        path,
+        [dict(impl="b", N=1, ms="3"), dict(impl="b", N=2, ms="4")],
+        fields,
+        key=key,
+        sort=lambda r: (r["impl"], int(r["N"])),
+    )
     assert path.read_text().splitlines() == ["impl,N,ms", "a,1,0.0530", "b,1,3", "b,2,4"]
 
 
@@ -113,8 +133,10 @@ def test_bench_tables(tmp_path):
 def test_fill_rebuilds_blocks_and_says_when_a_csv_is_missing(tmp_path):
     text = "a\n<!-- results:demo -->\nold\n<!-- /results:demo -->\nb\n<!-- results:overview -->\nold\n<!-- /results:overview -->\n"
     new = report.fill(text, {"demo": lambda g: f"from {g.name}", "overview": report.table_overview}, tmp_path)
-    assert new == (f"a\n<!-- results:demo -->\nfrom {tmp_path.name}\n<!-- /results:demo -->\nb\n<!-- results:overview -->\n"
-                   "_No results yet (bench.csv missing): run the command that writes it._\n<!-- /results:overview -->\n")  # fmt: skip
+    assert new == (
+        f"a\n<!-- results:demo -->\nfrom {tmp_path.name}\n<!-- /results:demo -->\nb\n<!-- results:overview -->\n"
+        "_No results yet (bench.csv missing): run the command that writes it._\n<!-- /results:overview -->\n"
+    )
 
 
 def test_committed_readmes_are_reproduced_from_the_committed_results():
@@ -222,8 +244,12 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
         if r["status"] == "ok":
             r.update(smem_compiled=r["smem_est"], regs=128)
     results.write_csv(tmp_path / "part2_sweep.csv", rows, list(rows[0]))
-    device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
-                  max_threads_per_multi_processor=2048)  # fmt: skip
+    device = dict(
+        multi_processor_count=132,
+        regs_per_multiprocessor=65536,
+        shared_memory_per_multiprocessor=233472,
+        max_threads_per_multi_processor=2048,
+    )
     (tmp_path / "part2_device.json").write_text(json.dumps(device))
     lines = [line for line in rep.table_sweep_stages(tmp_path, "part2").splitlines() if re.match(r"\| \d", line)]
     # The largest tile that fits wins. D=64: 256 x 128 with 8 warps: 256*(64+128)/256 = 192 registers;
@@ -231,8 +257,10 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
     # The causal group's winner is the same tile and warps, so it adds no row. D=128: 256 x 128 needs
     # 256*(128+128)/256 = 256 registers, pruned; 128 x 256 takes 32 KB + 128 KB a stage: one stage
     # fits, two do not.
-    assert [line.split(" | ")[:3] for line in lines] == [["| 64", "no", "256 x 128, 8 warps"],
-                                                          ["| 128", "no", "128 x 256, 8 warps"]]  # fmt: skip
+    assert [line.split(" | ")[:3] for line in lines] == [
+        ["| 64", "no", "256 x 128, 8 warps"],
+        ["| 128", "no", "128 x 256, 8 warps"],
+    ]
     # 1 stage: 327.68 + 8 + 0.1 TFLOP/s. Programs per SM: 8 warps of 128 registers allow 65536 / (8 * 4096)
     # = 2; D=64 at 64 KB (+1 KB reserved) 3 by shared memory, so 2; D=128 at 160 KB only 1.
     assert lines[0].split(" | ")[3] == "336 (64 KB, 2)"
@@ -248,8 +276,12 @@ def test_sweep_waves_count_the_programs_the_grid_launches(part, tmp_path):
     for r in rows:
         r.update(smem_compiled=r["smem_est"], regs=128)
     results.write_csv(tmp_path / "x_sweep.csv", rows, list(rows[0]))
-    device = dict(multi_processor_count=132, regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
-                  max_threads_per_multi_processor=2048)  # fmt: skip
+    device = dict(
+        multi_processor_count=132,
+        regs_per_multiprocessor=65536,
+        shared_memory_per_multiprocessor=233472,
+        max_threads_per_multi_processor=2048,
+    )
     (tmp_path / "x_device.json").write_text(json.dumps(device))
     for block in ("BLOCK_M", "BLOCK_N"):
         table = rep.table_sweep(tmp_path, "x", "x", grid_block=block)
@@ -291,7 +323,9 @@ def test_write_as_measured_saves_each_shape_and_reports_failures(tmp_path, monke
 def test_provenance_line_names_every_commit_and_day():
     from common import results
 
-    rows = [dict(gpu="G", torch="2", triton="3", commit=c, date=d)
-            for c, d in [("b", "2026-12-01T07:00:00Z"), ("a", "2026-11-30T20:00:00Z"), ("a", "2026-11-30T21:00:00Z")]]  # fmt: skip
+    rows = [
+        dict(gpu="G", torch="2", triton="3", commit=c, date=d)
+        for c, d in [("b", "2026-12-01T07:00:00Z"), ("a", "2026-11-30T20:00:00Z"), ("a", "2026-11-30T21:00:00Z")]
+    ]
     line = results.provenance_line(rows, "make report")
     assert line == "_G; torch 2; Triton 3; commit a, b; 2026-11-30, 2026-12-01. Regenerate: `make report`._"

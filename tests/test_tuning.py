@@ -83,8 +83,9 @@ def test_sweep_measure_poisons_checks_then_times(part):
     assert late[0]["status"] == "not measured: time limit"
 
 
-H200_DEVICE = dict(regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472,
-                   max_threads_per_multi_processor=2048)  # fmt: skip
+H200_DEVICE = dict(
+    regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472, max_threads_per_multi_processor=2048
+)
 
 
 @pytest.mark.only_parts(2)

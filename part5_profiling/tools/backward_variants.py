@@ -38,10 +38,28 @@ TMA_REDUCE = tl.constexpr(not INTERPRET)
 
 @triton.jit
 def _attn_bwd_dkdv_inner(
-    dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, lo, hi, N_QUERIES, N_KEYS, qk_scale, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, DQ_BY_TMA: tl.constexpr,
+    dk,
+    dv,
+    k,
+    v,
+    q_desc,
+    do_desc,
+    L,
+    DELTA,
+    DQ,
+    k_pos,
+    lo,
+    hi,
+    N_QUERIES,
+    N_KEYS,
+    qk_scale,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    DQ_BY_TMA: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     """Part 4's _attn_bwd_dkdv_inner; with DQ_BY_TMA each dS_ij^T's dQ share is added into DQ."""
     for q_start in range(lo, hi, BLOCK_M):
         q = q_desc.load([q_start, 0])
@@ -78,10 +96,27 @@ def _attn_bwd_dkdv_inner(
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dkdv(
-    Q, K, V, DO, L, DELTA, DK, DV, DQ, N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    DQ_BY_TMA: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    DELTA,
+    DK,
+    DV,
+    DQ,
+    N_QUERIES,
+    N_KEYS,
+    N_SEQS,
+    N_BUCKET,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DQ_BY_TMA: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Part 4's _attn_bwd_dkdv; with DQ_BY_TMA it also adds dQ into the float32 DQ."""
     pid = tl.program_id(0)
     tile_n = pid // N_SEQS
@@ -112,13 +147,51 @@ def _attn_bwd_dkdv(
         lo = 0
         masked_hi = 0
     dk, dv = _attn_bwd_dkdv_inner(
-        dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, lo, masked_hi, N_QUERIES, N_KEYS, qk_scale, scale,
-        D, BLOCK_M, True, DQ_BY_TMA, DOT_PRECISION,
-    )  # fmt: skip
+        dk,
+        dv,
+        k,
+        v,
+        q_desc,
+        do_desc,
+        L,
+        DELTA,
+        DQ,
+        k_pos,
+        lo,
+        masked_hi,
+        N_QUERIES,
+        N_KEYS,
+        qk_scale,
+        scale,
+        D,
+        BLOCK_M,
+        True,
+        DQ_BY_TMA,
+        DOT_PRECISION,
+    )
     dk, dv = _attn_bwd_dkdv_inner(
-        dk, dv, k, v, q_desc, do_desc, L, DELTA, DQ, k_pos, tl.maximum(masked_hi, lo), N_QUERIES,
-        N_QUERIES, N_KEYS, qk_scale, scale, D, BLOCK_M, False, DQ_BY_TMA, DOT_PRECISION,
-    )  # fmt: skip
+        dk,
+        dv,
+        k,
+        v,
+        q_desc,
+        do_desc,
+        L,
+        DELTA,
+        DQ,
+        k_pos,
+        tl.maximum(masked_hi, lo),
+        N_QUERIES,
+        N_QUERIES,
+        N_KEYS,
+        qk_scale,
+        scale,
+        D,
+        BLOCK_M,
+        False,
+        DQ_BY_TMA,
+        DOT_PRECISION,
+    )
     dk_desc.store([k_start, 0], (dk * scale).to(k.dtype))
     dv_desc.store([k_start, 0], dv.to(v.dtype))
 

@@ -25,8 +25,21 @@ B, H = 4, 8
 HEAD_DIMS = (64, 128)
 SEQ_LENS = (4096, 16384)
 BWD_CANDIDATES = {"part 4": False, "dQ by TMA reduce-add": True}  # name -> backward_variants' dq_by_tma
-FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
-          "check", *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "candidate",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "graph_ms",
+    "graph_tflops",
+    "speedup",
+    "config",
+    "check",
+    *results.PROVENANCE,
+]
 KEY = ("candidate", "N", "D", "causal")  # a run of some candidates keeps the others' rows
 
 
@@ -34,18 +47,44 @@ def run(seq_lens, names=None, save=None):
     """Check and time part 4 and the named candidates (default: every one) at each N."""
     names = ["part 4", *(n for n in names or fv.CANDIDATES if n in fv.CANDIDATES and n != "part 4")]
     forwards = {name: fv.forward(candidate=fv.CANDIDATES[name]) for name in names}
-    rows = study.time_forwards(forwards, lambda name, causal: dict(candidate=name), seq_lens, HEAD_DIMS, B, H,
-                               do_bench=False, save=save, config=lambda _: fv.chosen())  # fmt: skip
-    base = {(r["D"], r["causal"], r["N"]): float(r["graph_ms"]) for r in rows
-            if r["candidate"] == "part 4" and r.get("graph_ms")}  # fmt: skip
+    rows = study.time_forwards(
+        forwards,
+        lambda name, causal: dict(candidate=name),
+        seq_lens,
+        HEAD_DIMS,
+        B,
+        H,
+        do_bench=False,
+        save=save,
+        config=lambda _: fv.chosen(),
+    )
+    base = {
+        (r["D"], r["causal"], r["N"]): float(r["graph_ms"])
+        for r in rows
+        if r["candidate"] == "part 4" and r.get("graph_ms")
+    }
     for r in rows:
         if r.get("graph_ms") and (r["D"], r["causal"], r["N"]) in base:
             r["speedup"] = f"{base[(r['D'], r['causal'], r['N'])] / float(r['graph_ms']):.3f}"
     return rows
 
 
-BWD_FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "config",
-              "repeatable", "check", *results.PROVENANCE]  # fmt: skip
+BWD_FIELDS = [
+    "candidate",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "graph_ms",
+    "graph_tflops",
+    "speedup",
+    "config",
+    "repeatable",
+    "check",
+    *results.PROVENANCE,
+]
 
 
 def run_backward(seq_lens, names=None, save=None):
@@ -70,8 +109,11 @@ def run_backward(seq_lens, names=None, save=None):
             except Exception as e:  # a variant the compiler refuses: say why, go on
                 row["check"] = f"error: {results.why(e)}"
             rows.append(row)
-            print(f"{name:<24} D={d:<3} causal={causal:d} N={n:>5}  {row.get('graph_tflops') or '-':>7} TFLOP/s  "
-                  f"{row.get('config', '')}  repeatable={row.get('repeatable', '-')}  {row['check'][:40]}", flush=True)  # fmt: skip
+            print(
+                f"{name:<24} D={d:<3} causal={causal:d} N={n:>5}  {row.get('graph_tflops') or '-':>7} TFLOP/s  "
+                f"{row.get('config', '')}  repeatable={row.get('repeatable', '-')}  {row['check'][:40]}",
+                flush=True,
+            )
         if save is not None:
             save(rows)
     return rows
@@ -79,9 +121,17 @@ def run_backward(seq_lens, names=None, save=None):
 
 def main(argv=None):
     choices = [*fv.CANDIDATES, *BWD_CANDIDATES]
-    extra = [(("--candidate",), dict(action="append", choices=choices,
-                                     help="time this candidate (repeatable; part 4 always runs); default: all")),
-             (("--backward",), dict(action="store_true", help="the backward's candidates: part5_bwd_candidates.csv"))]  # fmt: skip
+    extra = [
+        (
+            ("--candidate",),
+            dict(
+                action="append",
+                choices=choices,
+                help="time this candidate (repeatable; part 4 always runs); default: all",
+            ),
+        ),
+        (("--backward",), dict(action="store_true", help="the backward's candidates: part5_bwd_candidates.csv")),
+    ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, extra=extra)
     if not study.on_gpu("The candidates are timed (on a CPU the tests check that each computes attention)"):
         return 0

@@ -38,8 +38,16 @@ def matmul_rows(meta):
         b = torch.randn(b_shape, dtype=torch.bfloat16, device=DEVICE)
         flops = 2 * a.numel() * b.shape[-1]  # 2 * batch * M * K * N
         ms = graph_time_ms(lambda a=a, b=b: torch.matmul(a, b))
-        rows.append(dict(ceiling="bf16 matmul", shape=label, value=f"{flops / ms * 1e-9:.1f}", unit="TFLOP/s",
-                         method="measured: torch.matmul, CUDA-graph replay, median", **meta))  # fmt: skip
+        rows.append(
+            dict(
+                ceiling="bf16 matmul",
+                shape=label,
+                value=f"{flops / ms * 1e-9:.1f}",
+                unit="TFLOP/s",
+                method="measured: torch.matmul, CUDA-graph replay, median",
+                **meta,
+            )
+        )
         print(f"{label:<48} {flops / ms * 1e-9:8.1f} TFLOP/s", flush=True)
         del a, b
     return rows
@@ -51,15 +59,31 @@ def copy_rows(meta):
     ms = graph_time_ms(lambda: dst.copy_(src))
     tbs = 2 * COPY_BYTES / ms * 1e-9  # bytes read + bytes written, per second, in TB/s
     print(f"{'copy, 4 GiB':<48} {tbs:8.2f} TB/s (read + written)", flush=True)
-    return [dict(ceiling="memory bandwidth", shape="copy of 4 GiB", value=f"{tbs:.2f}", unit="TB/s",
-                 method="measured: device-to-device copy, bytes read + written, CUDA-graph replay, median", **meta)]  # fmt: skip
+    return [
+        dict(
+            ceiling="memory bandwidth",
+            shape="copy of 4 GiB",
+            value=f"{tbs:.2f}",
+            unit="TB/s",
+            method="measured: device-to-device copy, bytes read + written, CUDA-graph replay, median",
+            **meta,
+        )
+    ]
 
 
 def datasheet_rows(meta):
     sheet = DATASHEET.get(meta["gpu"], {})
-    return [dict(ceiling="bf16 matmul" if "TFLOP" in what else "memory bandwidth", shape="datasheet",
-                 value=value, unit=what.split()[-1], method="datasheet", **meta)
-            for what, value in sheet.items()]  # fmt: skip
+    return [
+        dict(
+            ceiling="bf16 matmul" if "TFLOP" in what else "memory bandwidth",
+            shape="datasheet",
+            value=value,
+            unit=what.split()[-1],
+            method="datasheet",
+            **meta,
+        )
+        for what, value in sheet.items()
+    ]
 
 
 def main(argv=None):

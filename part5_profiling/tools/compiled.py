@@ -28,8 +28,23 @@ from common import results, runtime, triton_tools
 ARCH = 90  # sm_90: Hopper, the H200
 HEAD_DIMS = (64, 128)
 TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "L": "*fp32", "scale": "fp32"}  # the rest: i32
-FIELDS = ["candidate", "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "status", "warp_specialized",
-          "warps_launched", "registers", "stack_bytes", "smem_bytes", "arch", *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "candidate",
+    "D",
+    "causal",
+    "BLOCK_M",
+    "BLOCK_N",
+    "num_warps",
+    "num_stages",
+    "status",
+    "warp_specialized",
+    "warps_launched",
+    "registers",
+    "stack_bytes",
+    "smem_bytes",
+    "arch",
+    *results.PROVENANCE,
+]
 KEY = ("candidate", "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 
 
@@ -61,12 +76,25 @@ def compile_forward(candidate, d, causal, config):
     names = fn.arg_names
     constexpr_names = {names[i] for i in fn.constexprs}
     whole = candidate == fv.WS_WHOLE_TILES and not causal
-    values = dict(D=d, IS_CAUSAL=causal, DOT_PRECISION="tf32", STAGE=fv.ORIGINAL, CANDIDATE=candidate,
-                  WHOLE_TILES=whole, **config.kwargs)  # fmt: skip
+    values = dict(
+        D=d,
+        IS_CAUSAL=causal,
+        DOT_PRECISION="tf32",
+        STAGE=fv.ORIGINAL,
+        CANDIDATE=candidate,
+        WHOLE_TILES=whole,
+        **config.kwargs,
+    )
     signature = {n: "constexpr" if n in constexpr_names else TYPES.get(n, "i32") for n in names}
     constexprs = {n: values[n] for n in names if n in constexpr_names}
-    row = dict(D=d, causal=int(causal), **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages,
-               arch=f"sm_{ARCH}")  # fmt: skip
+    row = dict(
+        D=d,
+        causal=int(causal),
+        **config.kwargs,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        arch=f"sm_{ARCH}",
+    )
     try:
         kernel = triton.compile(
             ASTSource(fn=fn, signature=signature, constexprs=constexprs),
@@ -77,9 +105,15 @@ def compile_forward(candidate, d, causal, config):
         lines = [line for line in str(e).splitlines() if line.strip()]
         return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")
     registers, stack = resources(kernel.asm["cubin"])
-    return dict(row, status="ok", warp_specialized=int("ttg.warp_specialize(" in kernel.asm["ttgir"]),
-                warps_launched=kernel.metadata.num_warps, registers=registers, stack_bytes=stack,
-                smem_bytes=kernel.metadata.shared)  # fmt: skip
+    return dict(
+        row,
+        status="ok",
+        warp_specialized=int("ttg.warp_specialize(" in kernel.asm["ttgir"]),
+        warps_launched=kernel.metadata.num_warps,
+        registers=registers,
+        stack_bytes=stack,
+        smem_bytes=kernel.metadata.shared,
+    )
 
 
 def run(names, save=None):
@@ -94,10 +128,13 @@ def run(names, save=None):
                 for config in fv.fits_in_smem(fv.configs(candidate), bf16, D=d):  # the autotuner's own pruning
                     row = dict(compile_forward(candidate, d, causal, config), candidate=name, **meta)
                     rows.append(row)
-                    print(f"{name:<30} D={d:<3} causal={causal:d} {triton_tools.config_label(config)}  "
-                          f"{row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
-                          f"warps={row.get('warps_launched', '-')} regs={row.get('registers', '-')} "
-                          f"stack={row.get('stack_bytes', '-')}", flush=True)  # fmt: skip
+                    print(
+                        f"{name:<30} D={d:<3} causal={causal:d} {triton_tools.config_label(config)}  "
+                        f"{row['status'][:60]:<8} ws={row.get('warp_specialized', '-')} "
+                        f"warps={row.get('warps_launched', '-')} regs={row.get('registers', '-')} "
+                        f"stack={row.get('stack_bytes', '-')}",
+                        flush=True,
+                    )
         if save is not None:
             save(rows)
     return rows
@@ -107,8 +144,12 @@ def main(argv=None):
     from part5_profiling.tools import forward_variants as fv
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--candidate", action="append", choices=list(fv.CANDIDATES),
-                    help="compile this candidate (repeatable); default: all")  # fmt: skip
+    ap.add_argument(
+        "--candidate",
+        action="append",
+        choices=list(fv.CANDIDATES),
+        help="compile this candidate (repeatable); default: all",
+    )
     ap.add_argument("--out", help="folder for part5_compiled.csv (default: $RESULTS_DIR, else results/h200)")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:

@@ -25,8 +25,13 @@ from common.runtime import INTERPRET, set_triton_allocator
 from part5_profiling.flash_attention import CONFIGS, TUNED, _as_sequences, _dot_precision, fits_in_smem, n_bucket
 
 ORIGINAL, QK_TWICE, PV_TWICE, EXP2_TWICE, NO_EXP2 = range(5)
-STAGES = {"original": ORIGINAL, "Q K^T twice": QK_TWICE, "P V twice": PV_TWICE, "exp2 twice": EXP2_TWICE,
-          "no exp2": NO_EXP2}  # fmt: skip
+STAGES = {
+    "original": ORIGINAL,
+    "Q K^T twice": QK_TWICE,
+    "P V twice": PV_TWICE,
+    "exp2 twice": EXP2_TWICE,
+    "no exp2": NO_EXP2,
+}
 PART4, WS_LOOP, GROUPED_ORDER, ONE_WS_LOOP, WS_WHOLE_TILES, QK_AHEAD = range(6)
 CANDIDATES = {
     "part 4": PART4,
@@ -68,10 +73,24 @@ def prune(configs_, named_args, **kwargs):
 
 @triton.jit
 def _attn_fwd_inner(
-    acc, l_i, m_i, q, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    STAGE: tl.constexpr, WS: tl.constexpr,
-):  # fmt: skip
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_desc,
+    v_desc,
+    q_pos,
+    lo,
+    hi,
+    N_KEYS,
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    STAGE: tl.constexpr,
+    WS: tl.constexpr,
+):
     """Part 4's _attn_fwd_inner; STAGE doubles or drops one stage; WS warp-specializes the loop."""
     for k_start in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
         k = k_desc.load([k_start, 0])
@@ -109,7 +128,7 @@ def _attn_fwd_inner(
 @triton.jit
 def _attn_fwd_ahead(
     acc, l_i, m_i, q, k_desc, v_desc, lo, hi, qk_scale, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr
-):  # fmt: skip
+):
     """QK_AHEAD's loop over whole tiles (lo < hi): the next tile's Q K^T issued before this tile's
     softmax (FlashAttention-3's overlap within a warpgroup, by hand), so the product can run on the
     tensor cores while the same warps compute exp2. Two score tiles are live at once."""
@@ -135,10 +154,25 @@ def _attn_fwd_ahead(
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_fwd(
-    Q, K, V, O, L, N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, STAGE: tl.constexpr, CANDIDATE: tl.constexpr, WHOLE_TILES: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    O,
+    L,
+    N_QUERIES,
+    N_KEYS,
+    N_SEQS,
+    N_BUCKET,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    STAGE: tl.constexpr,
+    CANDIDATE: tl.constexpr,
+    WHOLE_TILES: tl.constexpr,
+):
     """Part 4's _attn_fwd, with STAGE passed to the loop and CANDIDATE's change where it applies.
     WHOLE_TILES (WS_WHOLE_TILES only, set by the host): no tile of this call needs a mask."""
     pid = tl.program_id(0)
@@ -177,29 +211,89 @@ def _attn_fwd(
     WS: tl.constexpr = CANDIDATE == 1 or CANDIDATE == 3  # WS_LOOP, ONE_WS_LOOP
     if WHOLE_TILES:  # WS_WHOLE_TILES, on a call whose every tile is whole: one unmasked, specialized loop
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, N_KEYS, N_KEYS, qk_scale,
-            BLOCK_N, False, IS_CAUSAL, DOT_PRECISION, STAGE, True,
-        )  # fmt: skip
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_desc,
+            v_desc,
+            q_pos,
+            0,
+            N_KEYS,
+            N_KEYS,
+            qk_scale,
+            BLOCK_N,
+            False,
+            IS_CAUSAL,
+            DOT_PRECISION,
+            STAGE,
+            True,
+        )
     elif CANDIDATE == 3:  # ONE_WS_LOOP: every tile masked, one loop
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, hi, N_KEYS, qk_scale,
-            BLOCK_N, True, IS_CAUSAL, DOT_PRECISION, STAGE, True,
-        )  # fmt: skip
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_desc,
+            v_desc,
+            q_pos,
+            0,
+            hi,
+            N_KEYS,
+            qk_scale,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            DOT_PRECISION,
+            STAGE,
+            True,
+        )
     else:
         if CANDIDATE == 5:  # QK_AHEAD, over the whole tiles
             if unmasked_hi > 0:
                 acc, l_i, m_i = _attn_fwd_ahead(
                     acc, l_i, m_i, q, k_desc, v_desc, 0, unmasked_hi, qk_scale, BLOCK_N, DOT_PRECISION
-                )  # fmt: skip
+                )
         else:
             acc, l_i, m_i = _attn_fwd_inner(
-                acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi, N_KEYS, qk_scale,
-                BLOCK_N, False, IS_CAUSAL, DOT_PRECISION, STAGE, WS,
-            )  # fmt: skip
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_desc,
+                v_desc,
+                q_pos,
+                0,
+                unmasked_hi,
+                N_KEYS,
+                qk_scale,
+                BLOCK_N,
+                False,
+                IS_CAUSAL,
+                DOT_PRECISION,
+                STAGE,
+                WS,
+            )
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi, N_KEYS, qk_scale,
-            BLOCK_N, True, IS_CAUSAL, DOT_PRECISION, STAGE, WS,
-        )  # fmt: skip
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_desc,
+            v_desc,
+            q_pos,
+            unmasked_hi,
+            hi,
+            N_KEYS,
+            qk_scale,
+            BLOCK_N,
+            True,
+            IS_CAUSAL,
+            DOT_PRECISION,
+            STAGE,
+            WS,
+        )
 
     o = acc / l_i[:, None]
     o_desc.store([q_start, 0], o.to(q.dtype))
@@ -225,8 +319,14 @@ def flash_forward(Q, K, V, is_causal, stage=ORIGINAL, candidate=PART4):
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
-    meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q), STAGE=stage, CANDIDATE=candidate,
-                WHOLE_TILES=whole_tiles(candidate, n_q, n_k, is_causal))  # fmt: skip
+    meta = dict(
+        D=d,
+        IS_CAUSAL=is_causal,
+        DOT_PRECISION=_dot_precision(Q),
+        STAGE=stage,
+        CANDIDATE=candidate,
+        WHOLE_TILES=whole_tiles(candidate, n_q, n_k, is_causal),
+    )
     _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 

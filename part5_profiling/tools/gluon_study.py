@@ -38,11 +38,37 @@ B, H = 4, 8
 SEQ_LENS = (4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 REGISTERS = {2: 232, 3: 160}  # per thread of each extra warpgroup: the register file is 64K x 32 bit
-FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "vs_cudnn", "check",
-          *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "variant",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "graph_ms",
+    "graph_tflops",
+    "vs_cudnn",
+    "check",
+    *results.PROVENANCE,
+]
 KEY = ("variant", "N", "D", "causal")
-BWD_FIELDS = ["candidate", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "speedup", "vs_cudnn",
-              "repeatable", "check", *results.PROVENANCE]  # fmt: skip
+BWD_FIELDS = [
+    "candidate",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "graph_ms",
+    "graph_tflops",
+    "speedup",
+    "vs_cudnn",
+    "repeatable",
+    "check",
+    *results.PROVENANCE,
+]
 BWD_KEY = ("candidate", "N", "D", "causal")
 
 
@@ -106,8 +132,11 @@ def run(seq_lens, save=None):
         for r in shape_rows:
             if r.get("graph_ms"):
                 r["vs_cudnn"] = f"{ms / float(r['graph_ms']):.3f}"
-            print(f"D={d:<3} causal={causal:d} N={n:>5}  {r['variant']:<38} {r.get('graph_tflops') or '-':>7} TFLOP/s "
-                  f"({r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}", flush=True)  # fmt: skip
+            print(
+                f"D={d:<3} causal={causal:d} N={n:>5}  {r['variant']:<38} {r.get('graph_tflops') or '-':>7} TFLOP/s "
+                f"({r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}",
+                flush=True,
+            )
         rows += shape_rows
         if save is not None:
             save(rows)
@@ -134,8 +163,11 @@ def run_backward(seq_lens, save=None):
 
     cudnn = impls.sdpa_impl("cudnn")
     calls = {"part 4": backward_variants.flash_backward, "Gluon, one pass": gluon_backward()}
-    orders = {"Gluon, sequence-minor": gb.SEQUENCE_MINOR, "Gluon, sequence-major": gb.SEQUENCE_MAJOR,
-              "Gluon, grouped": gb.GROUPED}  # fmt: skip
+    orders = {
+        "Gluon, sequence-minor": gb.SEQUENCE_MINOR,
+        "Gluon, sequence-major": gb.SEQUENCE_MAJOR,
+        "Gluon, grouped": gb.GROUPED,
+    }
     calls.update({name: gluon_backward(order) for name, order in orders.items()})
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
@@ -165,9 +197,11 @@ def run_backward(seq_lens, save=None):
             if r.get("graph_ms"):
                 r["speedup"] = f"{times['part 4'] / float(r['graph_ms']):.3f}" if "part 4" in times else ""
                 r["vs_cudnn"] = f"{times['SDPA cuDNN'] / float(r['graph_ms']):.3f}" if "SDPA cuDNN" in times else ""
-            print(f"D={d:<3} causal={causal:d} N={n:>5}  {r['candidate']:<32} {r.get('graph_tflops') or '-':>7} TFLOP/s "
-                  f"(x{r.get('speedup') or '-'} of part 4, {r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}",
-                  flush=True)  # fmt: skip
+            print(
+                f"D={d:<3} causal={causal:d} N={n:>5}  {r['candidate']:<32} {r.get('graph_tflops') or '-':>7} TFLOP/s "
+                f"(x{r.get('speedup') or '-'} of part 4, {r.get('vs_cudnn') or '-'} of cuDNN)  {r['check'][:30]}",
+                flush=True,
+            )
         rows += shape_rows
         if save is not None:
             save(rows)

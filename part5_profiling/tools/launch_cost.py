@@ -165,8 +165,12 @@ def run(part_numbers, save=None):
                     continue
                 rows += [dict(base, what=what, us=f"{us:.1f}") for what, us in measured.items()]
                 rows += [dict(base, what=note, us="") for note in notes]
-                print(f"part {n_part} {mode:<7} N={n:>5}  " + "  ".join(f"{w} {us:8.1f}" for w, us in measured.items())
-                      + "".join(f"  ({note})" for note in notes), flush=True)  # fmt: skip
+                print(
+                    f"part {n_part} {mode:<7} N={n:>5}  "
+                    + "  ".join(f"{w} {us:8.1f}" for w, us in measured.items())
+                    + "".join(f"  ({note})" for note in notes),
+                    flush=True,
+                )
                 for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
                     rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
                     print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
@@ -179,8 +183,12 @@ def run(part_numbers, save=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default: every Triton part")
-    ap.add_argument("--sdpa", action="append", choices=["flash", "cudnn"],
-                    help="SDPA backend to measure beside the parts (repeatable); default: flash and cudnn")  # fmt: skip
+    ap.add_argument(
+        "--sdpa",
+        action="append",
+        choices=["flash", "cudnn"],
+        help="SDPA backend to measure beside the parts (repeatable); default: flash and cudnn",
+    )
     ap.add_argument("--no-sdpa", action="store_true", help="the parts alone")
     args = ap.parse_args(argv)
     try:

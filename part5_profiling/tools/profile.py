@@ -138,11 +138,27 @@ def cupti_rows(target, impl, pass_, d, causal):
     rows = []
     for name, times in per_kernel.items():
         us = sum(times) / REPEATS  # per call (a kernel may run several times per call)
-        rows.append(dict(base, kernel=kernel_label(name), metric="time per call", value=f"{us:.1f}", unit="us",
-                         note=f"{len(times) // REPEATS} launch(es) per call"))  # fmt: skip
+        rows.append(
+            dict(
+                base,
+                kernel=kernel_label(name),
+                metric="time per call",
+                value=f"{us:.1f}",
+                unit="us",
+                note=f"{len(times) // REPEATS} launch(es) per call",
+            )
+        )
     rows.append(dict(base, kernel="(all kernels)", metric="time per call", value=f"{total_us:.1f}", unit="us", note=""))
-    rows.append(dict(base, kernel="(all kernels)", metric="achieved", value=f"{flops / total_us * 1e-6:.1f}",
-                     unit="TFLOP/s", note="the pass's FLOPs (as the benchmark counts them) over its kernels' time"))  # fmt: skip
+    rows.append(
+        dict(
+            base,
+            kernel="(all kernels)",
+            metric="achieved",
+            value=f"{flops / total_us * 1e-6:.1f}",
+            unit="TFLOP/s",
+            note="the pass's FLOPs (as the benchmark counts them) over its kernels' time",
+        )
+    )
     return rows
 
 
@@ -189,13 +205,20 @@ def compiler_rows(target, impl, pass_, d, causal):
         res = triton_tools.resources(compiled)
         per_sm, limited_by = occupancy(res, props)
         base = dict(target=target, kernel=name, D=d, causal=int(causal), **{"pass": pass_}, method="compiler", note="")
-        rows += [dict(base, metric="warps", value=res["num_warps"], unit=""),
-                 dict(base, metric="stages", value=res["num_stages"], unit=""),
-                 dict(base, metric="shared memory per program", value=res["shared"], unit="bytes"),
-                 dict(base, metric="registers per thread", value=res["regs"], unit=""),
-                 dict(base, metric="spilled registers", value=res["spills"], unit=""),
-                 dict(base, metric="programs per SM (estimate)", value=per_sm, unit="",
-                      note="limited by " + " and ".join(limited_by))]  # fmt: skip
+        rows += [
+            dict(base, metric="warps", value=res["num_warps"], unit=""),
+            dict(base, metric="stages", value=res["num_stages"], unit=""),
+            dict(base, metric="shared memory per program", value=res["shared"], unit="bytes"),
+            dict(base, metric="registers per thread", value=res["regs"], unit=""),
+            dict(base, metric="spilled registers", value=res["spills"], unit=""),
+            dict(
+                base,
+                metric="programs per SM (estimate)",
+                value=per_sm,
+                unit="",
+                note="limited by " + " and ".join(limited_by),
+            ),
+        ]
     return rows
 
 
@@ -242,10 +265,30 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
         return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note=note)]
 
     def run_ncu(metrics):
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-               "--launch-count", str(NCU_MAX_LAUNCHES), "--csv",
-               "--page", "raw", "--metrics", ",".join(metrics), sys.executable, "-m", "part5_profiling.tools.profile",
-               "--child", target, pass_, str(d), str(int(causal))]  # fmt: skip
+        cmd = [
+            ncu,
+            "--clock-control",
+            "none",
+            "--profile-from-start",
+            "off",
+            "--target-processes",
+            "all",
+            "--launch-count",
+            str(NCU_MAX_LAUNCHES),
+            "--csv",
+            "--page",
+            "raw",
+            "--metrics",
+            ",".join(metrics),
+            sys.executable,
+            "-m",
+            "part5_profiling.tools.profile",
+            "--child",
+            target,
+            pass_,
+            str(d),
+            str(int(causal)),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
         return out, *parse_ncu_csv(out.stdout)
 
@@ -272,12 +315,28 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
         stalls = [(ncu_number(launch[m]), STALL.match(m).group(1)) for m in stall_metrics if m in launch]
         stalls = sorted(((v, reason) for v, reason in stalls if v is not None), reverse=True)[:TOP_STALLS]
         for rank, (value, reason) in enumerate(stalls, 1):
-            rows.append(dict(base, kernel=kernel, metric=f"stall #{rank}: {reason}", value=f"{value:.2f}",
-                             unit="warps per issue", note="average warps stalled for this reason per instruction issued"))  # fmt: skip
+            rows.append(
+                dict(
+                    base,
+                    kernel=kernel,
+                    metric=f"stall #{rank}: {reason}",
+                    value=f"{value:.2f}",
+                    unit="warps per issue",
+                    note="average warps stalled for this reason per instruction issued",
+                )
+            )
     missing = [label for metric, label in NCU_METRICS.items() if metric not in wanted]
     if missing:
-        rows.append(dict(base, kernel="(all kernels)", metric="not offered by this ncu", value="", unit="",
-                         note="; ".join(missing)))  # fmt: skip
+        rows.append(
+            dict(
+                base,
+                kernel="(all kernels)",
+                metric="not offered by this ncu",
+                value="",
+                unit="",
+                note="; ".join(missing),
+            )
+        )
     return rows
 
 
@@ -317,23 +376,43 @@ def profile(targets, use_ncu, save=None):
         for pass_ in passes(target):
             for d in HEAD_DIMS:
                 for causal in (False, True):
-                    base = dict(target=target, kernel="(all kernels)", D=d, causal=int(causal), **{"pass": pass_},
-                                value="", unit="")  # fmt: skip
+                    base = dict(
+                        target=target,
+                        kernel="(all kernels)",
+                        D=d,
+                        causal=int(causal),
+                        **{"pass": pass_},
+                        value="",
+                        unit="",
+                    )
                     found = guarded(base, "cupti", cupti_rows, target, impl, pass_, d, causal)
                     found += guarded(base, "compiler", compiler_rows, target, impl, pass_, d, causal)
                     if use_ncu and ncu_final:
                         found.append(dict(base, method="ncu", metric="unavailable", note=ncu_final))
                     elif use_ncu:
                         found += guarded(base, "ncu", ncu_rows, target, pass_, d, causal, wanted, stall_metrics)
-                        ncu_final = next((r["note"] for r in found if r["method"] == "ncu" and r["metric"] ==
-                                          "unavailable" and any(s in r["note"] for s in NCU_FINAL)), None)  # fmt: skip
+                        ncu_final = next(
+                            (
+                                r["note"]
+                                for r in found
+                                if r["method"] == "ncu"
+                                and r["metric"] == "unavailable"
+                                and any(s in r["note"] for s in NCU_FINAL)
+                            ),
+                            None,
+                        )
                     rows += [dict(r, **meta) for r in found]
                     total = next((r["value"] for r in found if r["metric"] == "achieved"), "error")
-                    counters = "with counters" if any(r["method"] == "ncu" and r["metric"] not in ("unavailable", "error")
-                                                      for r in found) else "no counters"  # fmt: skip
+                    counters = (
+                        "with counters"
+                        if any(r["method"] == "ncu" and r["metric"] not in ("unavailable", "error") for r in found)
+                        else "no counters"
+                    )
                     errors = "; ".join(f"{r['method']}: {r['note']}" for r in found if r["metric"] == "error")
-                    print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total:>7} TFLOP/s  ({counters})  {errors}",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total:>7} TFLOP/s  ({counters})  {errors}",
+                        flush=True,
+                    )
                     torch.cuda.empty_cache()
                     if save is not None:  # after every shape too: a run cut short keeps what it measured
                         save(rows)
@@ -343,8 +422,12 @@ def profile(targets, use_ncu, save=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable)")
-    ap.add_argument("--sdpa", action="append", choices=[b for b in impls.SDPA_BACKENDS if b != "default"],
-                    help="an SDPA backend (repeatable)")  # fmt: skip
+    ap.add_argument(
+        "--sdpa",
+        action="append",
+        choices=[b for b in impls.SDPA_BACKENDS if b != "default"],
+        help="an SDPA backend (repeatable)",
+    )
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--child", nargs=4, metavar=("TARGET", "PASS", "D", "CAUSAL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -359,18 +442,28 @@ def main(argv=None):
         return 2
     pytorch_only = [t for t in targets if not parts.uses_triton(int(t.removeprefix("part")))]
     if pytorch_only:
-        print(f"{', '.join(pytorch_only)}: PyTorch loops of thousands of small launches, not a kernel to profile "
-              "(the benchmark times it); profile the Triton parts, 1 on", file=sys.stderr)  # fmt: skip
+        print(
+            f"{', '.join(pytorch_only)}: PyTorch loops of thousands of small launches, not a kernel to profile "
+            "(the benchmark times it); profile the Triton parts, 1 on",
+            file=sys.stderr,
+        )
         return 2
     targets += [f"sdpa_{b}" for b in args.sdpa or ()]
     if not targets:
         ap.error("name what to profile: --part N and/or --sdpa BACKEND")
     if not runtime.HAS_GPU or runtime.INTERPRET:
-        print("Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
-              "README and walkthrough show the committed results.")  # fmt: skip
+        print(
+            "Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
+            "README and walkthrough show the committed results."
+        )
         return 0
-    return results.write_as_measured("part5_profile.csv", FIELDS, lambda save: profile(targets, use_ncu=not args.no_ncu, save=save),
-                                     failed=lambda r: False, key=KEY)  # fmt: skip
+    return results.write_as_measured(
+        "part5_profile.csv",
+        FIELDS,
+        lambda save: profile(targets, use_ncu=not args.no_ncu, save=save),
+        failed=lambda r: False,
+        key=KEY,
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,13 @@ from part5_profiling import roofline
 def table_ceilings(gpu_dir):
     rows = read_csv(gpu_dir / "part5_ceilings.csv")
     body = [[r["ceiling"], r["shape"], f"{r['value']:,}", r["unit"], r["method"]] for r in rows]
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.ceilings && make report"), "",
-                      markdown_table(["ceiling", "shape", "value", "unit", "how"], body, "llrll")])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part5_profiling.tools.ceilings && make report"),
+            "",
+            markdown_table(["ceiling", "shape", "value", "unit", "how"], body, "llrll"),
+        ]
+    )
 
 
 def _value(rows, **match):
@@ -32,8 +37,13 @@ def table_profile(gpu_dir):
         us = _value(mine, method="cupti", kernel="(all kernels)", metric="time per call")
         tf = _value(mine, method="cupti", kernel="(all kernels)", metric="achieved")
         ncu_ok = any(r["method"] == "ncu" and r["metric"] != "unavailable" for r in mine)
-        regs = sorted({f"{r['kernel']} {r['value']}" for r in mine if r["metric"] == "registers per thread"
-                       and r["method"] == "compiler"})  # fmt: skip
+        regs = sorted(
+            {
+                f"{r['kernel']} {r['value']}"
+                for r in mine
+                if r["metric"] == "registers per thread" and r["method"] == "compiler"
+            }
+        )
         spills = sum(int(r["value"]) for r in mine if r["metric"] == "spilled registers")
         # ncu's figures per kernel (a backward pass has three): "dkdv 59; dq 67; preprocess 0.1".
         # On the H200 ncu reported only the hmma pipe counter, which counts wgmma too.
@@ -55,14 +65,44 @@ def table_profile(gpu_dir):
         stall = "; ".join(stall) if stall else None
         failed = any(r["metric"] == "error" for r in mine)  # a method that raised: the CSV's note says why
         us, tf = (("error" if failed else "—") if x is None else x for x in (us, tf))
-        body.append([target, pass_, d, yes_no(causal), us, tf, "; ".join(regs) or "—", spills if regs else "—",
-                     tensor if tensor is not None else "—", stall or "—", "yes" if ncu_ok else "no"])  # fmt: skip
-    header = ["target", "pass", "D", "causal", "GPU us per call", "TFLOP/s", "registers per thread", "spills",
-              "tensor pipe %", "top stall", "counters"]  # fmt: skip
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.profile --part N && make report"), "",
-                      "B=4, H=8, N=4096, bf16. GPU time: CUPTI kernel records, all of a pass's kernels; registers: "
-                      "the compiled Triton kernels; tensor pipe and stalls: ncu, where it could read the counters.",
-                      "", markdown_table(header, body, "llrlrrlrrll")])  # fmt: skip
+        body.append(
+            [
+                target,
+                pass_,
+                d,
+                yes_no(causal),
+                us,
+                tf,
+                "; ".join(regs) or "—",
+                spills if regs else "—",
+                tensor if tensor is not None else "—",
+                stall or "—",
+                "yes" if ncu_ok else "no",
+            ]
+        )
+    header = [
+        "target",
+        "pass",
+        "D",
+        "causal",
+        "GPU us per call",
+        "TFLOP/s",
+        "registers per thread",
+        "spills",
+        "tensor pipe %",
+        "top stall",
+        "counters",
+    ]
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part5_profiling.tools.profile --part N && make report"),
+            "",
+            "B=4, H=8, N=4096, bf16. GPU time: CUPTI kernel records, all of a pass's kernels; registers: "
+            "the compiled Triton kernels; tensor pipe and stalls: ncu, where it could read the counters.",
+            "",
+            markdown_table(header, body, "llrlrrlrrll"),
+        ]
+    )
 
 
 def table_launch_cost(gpu_dir):
@@ -75,18 +115,31 @@ def table_launch_cost(gpu_dir):
         ours, theirs = index.get((p, m, n, "host_us")), index.get(("sdpa_flash", m, n, "host_us"))
         return f"{float(ours) / float(theirs):.1f}x" if ours and theirs else "—"
 
-    body = [[p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us")), vs_sdpa(p, m, n)]
-            for p, m, n in keys]  # fmt: skip
+    body = [
+        [p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us")), vs_sdpa(p, m, n)]
+        for p, m, n in keys
+    ]
     groups = [r for r in rows if r["group"]]
     group_body = [[r["part"], r.get("mode") or "fwd", r["group"], r["us"]] for r in groups]
-    out = [provenance_line(rows, "python -m part5_profiling.tools.launch_cost && make report"), "",
-           "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
-           "fwd+bwd: the forward and torch.autograd.grad):", "",
-           markdown_table(["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench",
-                           "host / SDPA flash's"], body, "llrrrrr")]  # fmt: skip
+    out = [
+        provenance_line(rows, "python -m part5_profiling.tools.launch_cost && make report"),
+        "",
+        "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
+        "fwd+bwd: the forward and torch.autograd.grad):",
+        "",
+        markdown_table(
+            ["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench", "host / SDPA flash's"],
+            body,
+            "llrrrrr",
+        ),
+    ]
     if group_body:
-        out += ["", f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):", "",
-                markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr")]  # fmt: skip
+        out += [
+            "",
+            f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):",
+            "",
+            markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr"),
+        ]
     return "\n".join(out)
 
 
@@ -99,10 +152,16 @@ def table_stages(gpu_dir):
         cells = [index.get((v, d, c)) for v in variants]
         if any(cells):
             body.append([d, yes_no(c), *(_stage_cell(r) for r in cells)])
-    return "\n".join([provenance_line(rows, "python -m part5_profiling.tools.stages && make report"), "",
-                      f"Part 4's forward, N={rows[0]['N']}, B=4, H=8, bf16: microseconds (CUDA-graph replay), and in "
-                      "brackets the difference from the original:", "",
-                      markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part5_profiling.tools.stages && make report"),
+            "",
+            f"Part 4's forward, N={rows[0]['N']}, B=4, H=8, bf16: microseconds (CUDA-graph replay), and in "
+            "brackets the difference from the original:",
+            "",
+            markdown_table(["D", "causal", *variants], body, "ll" + "r" * len(variants)),
+        ]
+    )
 
 
 def _stage_cell(row):
@@ -115,35 +174,45 @@ def _stage_cell(row):
 
 
 def table_candidates(gpu_dir):
-    return _candidates_table(read_csv(gpu_dir / "part5_candidates.csv"), "python -m part5_profiling.tools.candidates",
-                             "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:")  # fmt: skip
+    return _candidates_table(
+        read_csv(gpu_dir / "part5_candidates.csv"),
+        "python -m part5_profiling.tools.candidates",
+        "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and the speed-up over part 4's kernel:",
+    )
 
 
 def table_bwd_candidates(gpu_dir):
     rows = read_csv(gpu_dir / "part5_bwd_candidates.csv")
     repeatable = {r["candidate"]: r["repeatable"] for r in rows if r["repeatable"] is not None}
-    caption = ("Backward alone (flash_backward from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward "
-               "counts 2.5 times the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. dQ bit for "
-               "bit the same in two calls: " + ", ".join(f"{name} {'yes' if r else 'no'}" for name, r in repeatable.items())
-               + ":")  # fmt: skip
+    caption = (
+        "Backward alone (flash_backward from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward "
+        "counts 2.5 times the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. dQ bit for "
+        "bit the same in two calls: "
+        + ", ".join(f"{name} {'yes' if r else 'no'}" for name, r in repeatable.items())
+        + ":"
+    )
     return _candidates_table(rows, "python -m part5_profiling.tools.candidates --backward", caption)
 
 
 def table_gluon(gpu_dir):
     rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in read_csv(gpu_dir / "part5_gluon.csv")]
-    caption = ("Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16: part 4's tl kernel, the Gluon kernel's variants "
-               "and SDPA's cuDNN backend from one run, each with its fraction of cuDNN's speed:")  # fmt: skip
+    caption = (
+        "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16: part 4's tl kernel, the Gluon kernel's variants "
+        "and SDPA's cuDNN backend from one run, each with its fraction of cuDNN's speed:"
+    )
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
 
 def table_gluon_bwd(gpu_dir):
     rows = read_csv(gpu_dir / "part5_gluon_bwd.csv")
-    caption = ("Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
-               "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
-               "something else on purpose: they say what dQ's product and its TMA add cost. \"Gluon, one pass\" is "
-               "part 5's kernel with its programs in part 5's order (sequence-major without a mask; causal, sequence-minor "
-               "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
-               "does not take for that call:")  # fmt: skip
+    caption = (
+        "Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
+        "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
+        'something else on purpose: they say what dQ\'s product and its TMA add cost. "Gluon, one pass" is '
+        "part 5's kernel with its programs in part 5's order (sequence-major without a mask; causal, sequence-minor "
+        "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
+        "does not take for that call:"
+    )
     first = [
         "part 4",
         "Gluon, one pass",
@@ -166,8 +235,15 @@ def _candidates_table(rows, command, caption, first=("part 4",)):
             cells = [index.get((name, d, c, n)) for name in names]
             if any(cells):
                 body.append([d, yes_no(c), n, *(_candidate_cell(r) for r in cells)])
-    return "\n".join([provenance_line(rows, f"{command} && make report"), "", caption, "",
-                      markdown_table(["D", "causal", "N", *names], body, "llr" + "r" * len(names))])  # fmt: skip
+    return "\n".join(
+        [
+            provenance_line(rows, f"{command} && make report"),
+            "",
+            caption,
+            "",
+            markdown_table(["D", "causal", "N", *names], body, "llr" + "r" * len(names)),
+        ]
+    )
 
 
 def table_compiled(gpu_dir):
@@ -181,13 +257,39 @@ def table_compiled(gpu_dir):
             if not group:
                 continue
             warps = ", ".join(str(w) for w in sorted({r["warps_launched"] for r in ok})) or "—"
-            body.append([name, d, f"{len(ok)} of {len(group)}", sum(r["warp_specialized"] for r in ok), warps,
-                         _span([r["registers"] for r in ok]), _span([r["stack_bytes"] for r in ok])])  # fmt: skip
-    return "\n".join([provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled && make report"), "",
-                      f"The forward of each candidate compiled for {rows[0]['arch']} at every configuration its autotuner "
-                      "could pick (causal and not), read off the binary:", "",
-                      markdown_table(["candidate", "D", "compiled", "warp-specialized", "warps launched",
-                                      "registers / thread", "stack bytes / thread"], body, "lrrrrrr")])  # fmt: skip
+            body.append(
+                [
+                    name,
+                    d,
+                    f"{len(ok)} of {len(group)}",
+                    sum(r["warp_specialized"] for r in ok),
+                    warps,
+                    _span([r["registers"] for r in ok]),
+                    _span([r["stack_bytes"] for r in ok]),
+                ]
+            )
+    return "\n".join(
+        [
+            provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled && make report"),
+            "",
+            f"The forward of each candidate compiled for {rows[0]['arch']} at every configuration its autotuner "
+            "could pick (causal and not), read off the binary:",
+            "",
+            markdown_table(
+                [
+                    "candidate",
+                    "D",
+                    "compiled",
+                    "warp-specialized",
+                    "warps launched",
+                    "registers / thread",
+                    "stack bytes / thread",
+                ],
+                body,
+                "lrrrrrr",
+            ),
+        ]
+    )
 
 
 def _span(values):

@@ -26,8 +26,21 @@ from part5_profiling.tools import forward_variants as fv
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
-FIELDS = ["variant", "B", "H", "N", "D", "dtype", "causal", "graph_ms", "graph_tflops", "delta_us", "config", "check",
-          *results.PROVENANCE]  # fmt: skip
+FIELDS = [
+    "variant",
+    "B",
+    "H",
+    "N",
+    "D",
+    "dtype",
+    "causal",
+    "graph_ms",
+    "graph_tflops",
+    "delta_us",
+    "config",
+    "check",
+    *results.PROVENANCE,
+]
 KEY = ("variant", "D", "causal")  # a run of some shapes keeps the other rows
 
 
@@ -62,10 +75,20 @@ def run(head_dims=HEAD_DIMS, masks=(False, True), save=None):
                     continue
                 base_ms = ms if name == "original" else base_ms
                 delta = "" if base_ms is None else f"{(ms - base_ms) * 1e3:.1f}"
-                rows.append(dict(row, graph_ms=f"{ms:.4f}", graph_tflops=tflops(flops, ms), delta_us=delta,
-                                 config=fv.chosen(), check=check))  # fmt: skip
-                print(f"D={d:<3} causal={causal:d} {name:<12} {ms * 1e3:8.1f} us  {delta or '-':>8} us  "
-                      f"{fv.chosen()}", flush=True)  # fmt: skip
+                rows.append(
+                    dict(
+                        row,
+                        graph_ms=f"{ms:.4f}",
+                        graph_tflops=tflops(flops, ms),
+                        delta_us=delta,
+                        config=fv.chosen(),
+                        check=check,
+                    )
+                )
+                print(
+                    f"D={d:<3} causal={causal:d} {name:<12} {ms * 1e3:8.1f} us  {delta or '-':>8} us  {fv.chosen()}",
+                    flush=True,
+                )
             torch.cuda.empty_cache()
             if save is not None:
                 save(rows)
