@@ -17,7 +17,7 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: install test bench report diff profile notebook notebook-part sweep autotune lint results clean help
+.PHONY: install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench lint results clean help
 
 help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
@@ -29,6 +29,8 @@ help:
 	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"
 	@echo "make sweep              part 2's tile/warp/stage sweep (GPU)"
 	@echo "make autotune           part 2's autotune cost, cold and warm (GPU)"
+	@echo "make coldstart [PART=N] first calls of the Triton parts in fresh processes with an empty Triton cache"
+	@echo "make train-bench        a small Llama's training step with SDPA and parts 4+ (transformers), eager and compiled (GPU)"
 	@echo "make results [GPU=...]  every GPU measurement behind the READMEs, then the report from results/<GPU>/"
 	@echo "make lint | clean"
 
@@ -69,7 +71,13 @@ sweep: $(ENV)
 	$(PYTHON) -m part2_tile_tuning.sweep
 
 autotune: $(ENV)
-	$(PYTHON) -m part2_tile_tuning.autotune_cost
+	$(PYTHON) -m common.coldstart --autotune
+
+coldstart: $(ENV)
+	$(PYTHON) -m common.coldstart $(PART_ARG)
+
+train-bench: $(ENV)
+	$(PYTHON) -m part5_profiling.tools.train_step
 
 lint: $(ENV)
 	$(PYTHON) -m ruff check .
@@ -82,7 +90,7 @@ results: $(ENV)
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv
 	$(PYTHON) -m part4_backward.sweep --kernel dq
 	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd --flex
-	$(PYTHON) -m part2_tile_tuning.autotune_cost
+	$(PYTHON) -m common.coldstart --autotune
 	$(PYTHON) -m part3_inner_loop.ablation
 	$(PYTHON) -m part3_inner_loop.p_cast
 	$(PYTHON) -m part3_inner_loop.launch_order

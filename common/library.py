@@ -1,12 +1,13 @@
 """Every part once more as a `torch.library` custom op, so a model that calls it can be compiled.
 
-`FlashAttention.apply` is the teaching interface, but torch.compile cannot trace it: Dynamo steps
-into the autograd.Function and on into the part's Python launcher and Triton kernel, and fails
-there (on the H200: part 1 in Inductor's compile of the part's own kernel, part 2 with an
-AssertionError inside Dynamo, and with fullgraph=True both at "Failed to trace builtin operator").
-A custom op is opaque to the compiler instead: it sees only the op's schema and a fake
-implementation (output shapes and dtypes from input shapes), and at run time the op calls the
-part's own `flash_forward` and `flash_backward` exactly as eager code does.
+torch.compile cannot trace into a part's Triton launch: Dynamo steps into the Python launcher and
+fails there (on the H200, Triton 3.6: "triton.set_allocator not supported", an AssertionError about
+an AttrSource inside Triton's launch path, Inductor failing to recompile part 1's kernel). A custom
+op is opaque to the compiler instead: it sees only the op's schema and a fake implementation
+(output shapes and dtypes from input shapes), and at run time the op calls the part's own
+`flash_forward` and `flash_backward` exactly as eager code does. So a compiled model can call the
+op (`flash_attention` below), or `FlashAttention.apply`: each part's flash_forward (and its own
+flash_backward) is marked `@library.traceable`, which hands Dynamo the op in its place.
 
 Each part turns its `flash_attention` into such an op with one decorator, the same in every part:
 
@@ -90,6 +91,23 @@ def _register(ns):
 
     forward.register_autograd(grad, setup_context=setup_context)
     return forward
+
+
+def traceable(fn):
+    """Mark a part's flash_forward or flash_backward: in eager code it is fn, unchanged; while
+    torch.compile traces it (FlashAttention.apply in a compiled model) it calls the part's op of the
+    same name instead (registered by custom_op below, which runs fn at run time), so Dynamo records
+    one opaque call where it cannot follow a Triton launch. torch.compiler.is_compiling() is the
+    public test for "Dynamo is tracing this"."""
+    ns, name = namespace(fn.__module__), fn.__name__
+
+    @functools.wraps(fn)
+    def marked(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return getattr(getattr(torch.ops, ns), name)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return marked
 
 
 def custom_op(flash_attention):

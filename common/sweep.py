@@ -21,6 +21,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -79,6 +80,8 @@ class SweepTarget:
     dtype = torch.bfloat16
     mode = "fwd"  # which FLOPs the kernel does (common.timing.attention_flops): "bwd" for a backward kernel
     blocks, warps, stages = BLOCKS, WARPS, STAGES
+    blocks_m = blocks_n = None  # BLOCK_M and BLOCK_N values, where they differ from blocks
+    configs = None  # a list of (BLOCK_M, BLOCK_N, num_warps, num_stages) to sweep instead of the product
     outputs = ("O", "L")  # the tensors the kernel writes: poisoned with NaN before each checked launch
 
     @property
@@ -120,7 +123,9 @@ class SweepTarget:
 def plan(target, d, causal, smem_limit):
     """Every configuration of one (D, causal) group, with the budget's verdict: "todo", or pruned and why."""
     rows = []
-    for bm, bn, w, s in itertools.product(target.blocks, target.blocks, target.warps, target.stages):
+    blocks_m, blocks_n = target.blocks_m or target.blocks, target.blocks_n or target.blocks
+    space = target.configs or itertools.product(blocks_m, blocks_n, target.warps, target.stages)
+    for bm, bn, w, s in space:
         config = dict(D=d, causal=int(causal), BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
         smem, regs = target.budget(config)
         status = "pruned: shared memory" if smem > smem_limit else "pruned: registers" if regs > MAX_REGS else "todo"
@@ -254,11 +259,17 @@ def device_limits():
     return info
 
 
+def stem(target):
+    """The prefix of a sweep's files: the target's name, and its dtype unless bf16 ("part3", "part3_fp32")."""
+    return target.name if target.dtype == torch.bfloat16 else f"{target.name}_{DTYPE_NAMES[target.dtype]}"
+
+
 def write(target, rows, out_dir):
     """The sweep's CSV, every configuration with its provenance, and its heatmaps. Returns the CSV's path."""
     meta = dict(B=target.B, H=target.H, N=target.N, dtype=DTYPE_NAMES[target.dtype], **results.provenance())
-    path = results.write_csv(out_dir / f"{target.name}_sweep.csv", [{**meta, **r} for r in rows], FIELDS)
-    sweep_report.draw_heatmaps(out_dir, target.name, label=f"Part {target.part}")
+    path = results.write_csv(out_dir / f"{stem(target)}_sweep.csv", [{**meta, **r} for r in rows], FIELDS)
+    label = f"Part {target.part}" + ("" if target.dtype == torch.bfloat16 else f", {DTYPE_NAMES[target.dtype]}")
+    sweep_report.draw_heatmaps(out_dir, stem(target), label=label)
     return path
 
 
@@ -268,7 +279,7 @@ def sweep(target, groups, workers, max_minutes):
     out_dir = results.results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     limits = device_limits()
-    (out_dir / f"{target.name}_device.json").write_text(json.dumps(limits, indent=2) + "\n")
+    (out_dir / f"{stem(target)}_device.json").write_text(json.dumps(limits, indent=2) + "\n")
     smem_limit = limits["shared_memory_per_block_optin"] or limits["triton"]["max_shared_mem"]
     print(
         f"sweep of {target.name} on {runtime.describe()}; shared memory per program {smem_limit} bytes, "
@@ -291,6 +302,14 @@ def sweep(target, groups, workers, max_minutes):
     return write(target, [r for g in groups for r in rows[g]], out_dir)
 
 
+def parse_config(text):
+    """'128x64w4s2' -> (128, 64, 4, 2): BLOCK_M x BLOCK_N, num_warps, num_stages."""
+    found = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)", text)
+    if found is None:
+        raise ValueError(f"a configuration is written BLOCK_MxBLOCK_NwWARPSsSTAGES, e.g. 128x64w4s2; got {text!r}")
+    return tuple(int(x) for x in found.groups())
+
+
 def main(target, description, argv=None):
     """The command line of a part's sweep.py: its target and its description."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -298,10 +317,37 @@ def main(target, description, argv=None):
     ap.add_argument("--causal", type=int, action="append", help="0 or 1 (repeatable; default both)")
     ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 2) - 1)))
     ap.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this long (rows say so)")
+    ap.add_argument(
+        "--dtype",
+        choices=list(DTYPE_NAMES.values()),
+        default="bf16",
+        help="the inputs' dtype (default bf16); files of another dtype end in _fp16 or _fp32",
+    )
+    ap.add_argument("--block-m", type=int, nargs="+", help="BLOCK_M values (default: the target's)")
+    ap.add_argument("--block-n", type=int, nargs="+", help="BLOCK_N values (default: the target's)")
+    ap.add_argument("--warps", type=int, nargs="+", help="num_warps values (default: the target's)")
+    ap.add_argument("--stages", type=int, nargs="+", help="num_stages values (default: the target's)")
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        metavar="MxNwWsS",
+        help="these configurations instead of the product above, e.g. 128x64w4s2 64x64w4s1",
+    )
     args = ap.parse_args(argv)
     if not runtime.HAS_GPU or runtime.INTERPRET:
         print("The sweep times compiled kernels and needs a CUDA GPU (the interpreter cannot time anything).")
         return 0
+    target.dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[args.dtype]
+    for attribute, values in (
+        ("blocks_m", args.block_m),
+        ("blocks_n", args.block_n),
+        ("warps", args.warps),
+        ("stages", args.stages),
+    ):
+        if values:
+            setattr(target, attribute, tuple(values))
+    if args.configs:
+        target.configs = [parse_config(c) for c in args.configs]
     groups = [(d, bool(c)) for d in (args.d or [64, 128]) for c in (args.causal or [0, 1])]
     start = time.perf_counter()
     path = sweep(target, groups, args.workers, args.max_minutes)

@@ -1,7 +1,7 @@
 """The few Triton internals this project reaches for, in one place.
 
 A sweep has to compile one configuration without running it, read what the compiler allocated
-(registers, spills, shared memory) and learn whether it can run at all; the autotune-cost script
+(registers, spills, shared memory) and learn whether it can run at all; the cold-start benchmark
 has to ask the autotuner what it chose and how many configurations it timed; part 5's host path
 (part5_profiling/fast_launch.py) launches a compiled kernel without Triton's per-call Python.
 Triton has no public API for these, so each function below says what it touches and how the Triton versions that meet

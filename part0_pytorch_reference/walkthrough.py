@@ -31,7 +31,8 @@ part0 = parts.load(0)
 # One query row, eight scores, eight (one-dimensional) values, seen four at a time. After each
 # block we keep only the running max `m`, the running sum `l` of `exp(s - m)`, and the
 # unnormalised output `acc`. When a block raises the max, everything kept so far is rescaled by
-# `alpha = exp(m_old - m_new)`.
+# `alpha = exp(m_old - m_new)`. `python -m part0_pytorch_reference.figures` draws the same
+# recurrence over four tiles of eight keys (online_softmax.png in this folder).
 
 # %%
 scores = torch.tensor([0.5, 2.0, -1.0, 3.0, 1.0, 4.5, 2.5, 0.0], dtype=torch.float64)
@@ -97,4 +98,8 @@ for n in (4096, 32768):
 # Its gradients against autograd through the materialised float64 attention:
 
 # %%
-print({c.name: f"{c.err:.1e}" for c in report if c.name.startswith("d")})
+for c in report:
+    if c.name.startswith("d"):
+        print(
+            f"{c.name}: max |error| {c.err:.1e}, allowed {c.allowed:.1e} (twice PyTorch's own error, plus a floor: common/check.py)"
+        )

@@ -99,6 +99,7 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+@library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
     set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches

@@ -19,6 +19,7 @@ import torch
 from common import parts, runtime  # runtime picks the interpreter when there is no GPU
 from common.check import check_part
 from common.inputs import Shape, make_inputs
+from part1_triton_baseline import figures
 
 part1 = parts.load(1)
 print(runtime.describe())
@@ -27,15 +28,31 @@ print(runtime.describe())
 # ## 1. The grid: one program per (query tile, sequence)
 #
 # Part 0's outer loop over query tiles disappears into the launch grid. Each program owns
-# `BLOCK_M` query rows of one (batch, head) sequence and loops over all key tiles itself.
+# `BLOCK_M` query rows of one (batch, head) sequence and loops over all key tiles itself. With
+# N = 100 and tiles of 16 rows, the last query tile and the last key tile run past the sequence:
+# the tensor descriptor loads those rows as zeros. `python -m part1_triton_baseline.figures` draws
+# the grid and one program's walk (launch_grid.png in this folder).
 
 # %%
 shape = Shape((2, 4), 100, 100, 64)
-grid = (-(-shape.n_q // part1.BLOCK_M), 2 * 4)
+grid = figures.launch_grid(shape.n_q, 2 * 4)  # (cdiv(N_q, BLOCK_M), B * H), as flash_forward launches
 print(
     f"q {shape.q_shape}: grid = {grid} -> {grid[0] * grid[1]} programs, each looping over "
     f"{-(-shape.n_k // part1.BLOCK_N)} key tiles of {part1.BLOCK_N} rows"
 )
+q_start, end, padded = figures.query_rows(grid[0] - 1, shape.n_q)
+print(
+    f"the last query tile: rows {q_start}-{q_start + part1.BLOCK_M - 1}, {end - q_start} of them in the "
+    f"sequence, {padded} past N_q = {shape.n_q} (zeros, computed, never stored)"
+)
+walk = figures.key_walk(shape.n_k)
+whole = [k_start for k_start, _, padded in walk if not padded]
+print(f"its walk: steps 1-{len(whole)} load whole K and V tiles, rows {whole[0]}-{whole[-1] + part1.BLOCK_N - 1}")
+for step, (k_start, end, padded) in enumerate(walk, 1):
+    if padded:
+        print(
+            f"  step {step}: rows {k_start}-{k_start + part1.BLOCK_N - 1}, {padded} zero rows past N_k = {end}: masked to -inf"
+        )
 
 # %% [markdown]
 # ## 2. It matches the float64 reference, ragged lengths and all

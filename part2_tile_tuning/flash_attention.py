@@ -26,8 +26,21 @@ TUNED = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
+# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.4-3.4
+# TFLOP/s, and ptxas takes up to a minute to compile each. The float32 sweep (results/h200/
+# part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
+# loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
+# an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.
+FLOAT32 = {
+    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64
+    128: triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+}
 # The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
-CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else TUNED
+CONFIGS = (
+    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else TUNED + list(FLOAT32.values())
+)
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
@@ -44,8 +57,14 @@ def smem_limit():
 
 
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: drop configurations whose tiles cannot fit for this call's dtype and D."""
+    """early_config_prune: a float32 call gets the float32 tile of its D; a 16-bit call the other
+    configurations whose tiles fit in shared memory for its D. (A list without the float32 tiles,
+    one a test forces, is pruned as it is.)"""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
+    tile = FLOAT32[128 if d > 64 else 64]
+    if elem_bytes == 4 and any(c is tile for c in configs):
+        return [tile]
+    configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
     need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
     return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
 
@@ -139,6 +158,7 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+@library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
     set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches

@@ -69,7 +69,7 @@ def table_autotune(gpu_dir):
     body = [[r["scenario"], f"{r['seconds']:.3g}", r["configs"] or "—", r["chosen"] or "—"] for r in rows]
     return "\n".join(
         [
-            provenance_line(rows, "python -m part2_tile_tuning.autotune_cost && make report"),
+            provenance_line(rows, "python -m common.coldstart --autotune && make report"),
             "",
             markdown_table(["what", "seconds", "configurations tried", "chosen"], body, "lrrl"),
         ]
@@ -84,3 +84,39 @@ TABLES = {
     "part2-stages": functools.partial(sweep_report.table_sweep_stages, name="part2"),
     "part2-autotune": table_autotune,
 }
+
+LOG = [  # (heading, what it measured, table): results/<gpu>/part2_log.md, in this order (common/report.py)
+    (
+        "The budget",
+        "Shared memory and float32 registers per thread that each tile shape needs, by the sweep's own "
+        "formulas, against what the H200 and Ada give a program.",
+        "part2-budget",
+    ),
+    (
+        "The budget against the compiler",
+        "The shared-memory formula against what the compiler really allocated, over every configuration "
+        "the sweep compiled.",
+        "part2-smem-check",
+    ),
+    (
+        "A few tile shapes at their best",
+        "The best warps and stages the sweep found for a few tile shapes, the first kernel's 16 x 16 among them.",
+        "part2-sweep-corners",
+    ),
+    (
+        "The sweep's winners",
+        "The fastest configurations of each (D, causal) group, checked and timed, with the registers, shared "
+        "memory, programs per SM and waves the compiler's binary gives them.",
+        "part2-sweep",
+    ),
+    (
+        "Pipeline depth",
+        "The winning tiles at each number of stages: TFLOP/s, compiled shared memory and programs per SM.",
+        "part2-stages",
+    ),
+    (
+        "What autotuning costs",
+        "The first call of a new shape class with an empty and a warm compile cache, against a steady-state call.",
+        "part2-autotune",
+    ),
+]

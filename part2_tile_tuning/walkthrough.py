@@ -57,12 +57,22 @@ for bm, bn, d in ((128, 64, 64), (128, 128, 128), (256, 128, 128)):
 # %% [markdown]
 # ## 3. What the autotuner chooses from
 #
-# `CONFIGS` is the short list of sweep winners (one configuration under the interpreter, which
-# cannot time anything). The key is (D, causal, power of two of N), plus the dtype.
+# `TUNED` is the short list of sweep winners a GPU's autotuner times (under the interpreter, which
+# cannot time anything, `CONFIGS` holds one configuration instead). The key is (D, causal, power of
+# two of N), plus the dtype. For each: its tiles, warps and stages, the shared memory it needs
+# (section 1) and the registers its accumulators take per thread (section 2):
 
 # %%
-for c in part2.CONFIGS:
-    print(c)
+print("at D = 64/128, bf16:")
+for name, configs in (("TUNED", part2.TUNED), ("CONFIGS", [] if runtime.HAS_GPU else part2.CONFIGS)):
+    for c in configs:
+        bm, bn, w, s = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages
+        smem = "/".join(f"{part2.smem_bytes(bm, bn, d, 2, s) // 1024}" for d in (64, 128))
+        regs = "/".join(f"{regs_estimate(bm, bn, d, w):.0f}" for d in (64, 128))
+        print(
+            f"  {name:<8} {bm:>3} x {bn:<3} tiles, {w} warps, {s} stage(s): {smem:>7} KB of shared memory, "
+            f"{regs:>7} registers a thread"
+        )
 shape = Shape((2, 2), 100, 80, 64)
 q, k, v, do = make_inputs(shape, torch.float16, runtime.DEVICE, seed=2)
 report = check_part(part2, q, k, v, do, is_causal=True)

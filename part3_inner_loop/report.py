@@ -189,3 +189,35 @@ TABLES = {
     "part3-launch-order": table_launch_order,
     "part3-p-cast": table_p_cast,
 }
+
+LOG = [  # (heading, what it measured, table): results/<gpu>/part3_log.md, in this order (common/report.py)
+    (
+        "The sweep, on part 3's kernel",
+        "Part 2's tile, warp and stage sweep run again on part 3's kernel: the fastest configurations of each "
+        "(D, causal) group, checked and timed.",
+        "part3-sweep",
+    ),
+    (
+        "One change at a time",
+        "Part 2's kernel turned into part 3's one change at a time, every step checked and timed on the same "
+        "inputs in one run.",
+        "part3-ablation",
+    ),
+    (
+        "What each change gains",
+        "Each step of the ablation's speed-up over the step before, smallest to largest over the N measured.",
+        "part3-step-gains",
+    ),
+    (
+        "Which program runs first",
+        "Part 3's kernel with several maps from program index to (query tile, sequence), each autotuned for "
+        "itself and timed by CUDA-graph replay.",
+        "part3-launch-order",
+    ),
+    (
+        "What casting P costs",
+        "The error of O against the float64 reference with P rounded to the input dtype or kept in float32, "
+        "and the speed of each variant.",
+        "part3-p-cast",
+    ),
+]

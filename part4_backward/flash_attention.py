@@ -30,8 +30,21 @@ TUNED = [
     triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
+# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.4-3.4
+# TFLOP/s, and ptxas takes up to a minute to compile each. The float32 sweep (results/h200/
+# part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
+# loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
+# an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.
+FLOAT32 = {
+    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64
+    128: triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+}
 # The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
-CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else TUNED
+CONFIGS = (
+    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else TUNED + list(FLOAT32.values())
+)
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
@@ -48,8 +61,14 @@ def smem_limit():
 
 
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: drop configurations whose tiles cannot fit for this call's dtype and D."""
+    """early_config_prune: a float32 call gets the float32 tile of its D; a 16-bit call the other
+    configurations whose tiles fit in shared memory for its D. (A list without the float32 tiles,
+    one a test forces, is pruned as it is.)"""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
+    tile = FLOAT32[128 if d > 64 else 64]
+    if elem_bytes == 4 and any(c is tile for c in configs):
+        return [tile]
+    configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
     need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
     return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
 
@@ -227,6 +246,7 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+@library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
     set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
@@ -259,7 +279,7 @@ def forward_config():
 # Winners of part 4's sweeps (results/h200/part4_dkdv_sweep.csv and part4_dq_sweep.csv,
 # `python -m part4_backward.sweep --kernel dkdv|dq`; H200, bf16, B=4, H=8, N=4096). dK/dV: D=64
 # 32x128 w4 s3, D=128 64x64 w4 s2 (causal or not). dQ: D=64 128x64 w8 s3, D=128 128x32 w4 s3
-# (non-causal) and 128x64 w8 s3 (causal); 64x64 w4 s2 fits float32 at D=128.
+# (non-causal) and 128x64 w8 s3 (causal), and 64x64 w4 s2.
 BWD_DKDV = [
     triton.Config({"BLOCK_M": 32, "BLOCK_N": 128}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
@@ -269,8 +289,26 @@ BWD_DQ = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 32}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-BWD_DKDV_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DKDV
-BWD_DQ_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DQ
+# Float32, as in the forward (FLOAT32): small tiles, one per head dim, from the float32 sweeps
+# (results/h200/part4_dkdv_fp32_sweep.csv and part4_dq_fp32_sweep.csv, `--dtype fp32`).
+BWD_DKDV_FLOAT32 = {
+    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+    128: triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+}
+BWD_DQ_FLOAT32 = {
+    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
+    128: triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
+}
+BWD_DKDV_CONFIGS = (
+    [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else BWD_DKDV + list(BWD_DKDV_FLOAT32.values())
+)
+BWD_DQ_CONFIGS = (
+    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else BWD_DQ + list(BWD_DQ_FLOAT32.values())
+)
 
 
 def bwd_smem_bytes(held_rows, streamed_rows, d, elem_bytes, num_stages):
@@ -281,11 +319,17 @@ def bwd_smem_bytes(held_rows, streamed_rows, d, elem_bytes, num_stages):
 
 def bwd_fits_in_smem(streamed):
     """early_config_prune for a backward kernel whose loop streams tiles of `streamed` rows
-    ("BLOCK_M": the dK/dV kernel walks query tiles; "BLOCK_N": the dQ kernel walks key tiles)."""
+    ("BLOCK_M": the dK/dV kernel walks query tiles; "BLOCK_N": the dQ kernel walks key tiles): a
+    float32 call gets the kernel's float32 tile of its D, as the forward's fits_in_smem does."""
     held = "BLOCK_N" if streamed == "BLOCK_M" else "BLOCK_M"
+    float32 = BWD_DKDV_FLOAT32 if streamed == "BLOCK_M" else BWD_DQ_FLOAT32
 
     def prune(configs, named_args, **kwargs):
         elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
+        tile = float32[128 if d > 64 else 64]
+        if elem_bytes == 4 and any(c is tile for c in configs):
+            return [tile]
+        configs = [c for c in configs if all(c is not t for t in float32.values())] or configs
         need = {c: bwd_smem_bytes(c.kwargs[held], c.kwargs[streamed], d, elem_bytes, c.num_stages) for c in configs}
         return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
 
@@ -595,6 +639,7 @@ def _attn_bwd_dq(
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 
+@library.traceable
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
     set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset

@@ -170,3 +170,56 @@ TABLES = {
     "part4-dq-atomics": table_dq,
     "part4-memory": table_memory,
 }
+
+LOG = [  # (heading, what it measured, table): results/<gpu>/part4_log.md, in this order (common/report.py)
+    (
+        "Forward + backward",
+        "Forward + backward TFLOP/s by `do_bench` at every shape, against part 3 (the tiled PyTorch backward) "
+        "and SDPA's flash and cuDNN backends, checked on dQ, dK and dV before they were timed.",
+        "part4-fwd-bwd",
+    ),
+    (
+        "The backward alone",
+        "The backward alone, from a retained forward, against the same implementations.",
+        "part4-bwd",
+    ),
+    (
+        "dQ: a second pass or atomics",
+        "The backward with dQ written by a second pass or added with atomics: speed, and whether the same "
+        "inputs give the same bits run after run.",
+        "part4-dq-atomics",
+    ),
+    (
+        "The dK/dV kernel's sweep",
+        "The sweep of the dK/dV kernel's tiles, warps and stages: the fastest configurations of each group, "
+        "checked on dQ, dK and dV and timed.",
+        "part4-sweep-dkdv",
+    ),
+    (
+        "The dQ kernel's sweep",
+        "The same sweep for the dQ kernel.",
+        "part4-sweep-dq",
+    ),
+    (
+        "Memory",
+        "Peak GPU memory of one forward + backward beyond the inputs, against N.",
+        "part4-memory",
+    ),
+    (
+        "The forward (part 3's)",
+        "Forward TFLOP/s by `do_bench` at every shape, beside part 3 and SDPA's flash and cuDNN backends: "
+        "part 4 keeps part 3's forward kernel.",
+        "part4",
+    ),
+    (
+        "The forward: do_bench against CUDA-graph replay",
+        "The same forwards launched from Python one call at a time (`do_bench`) and replayed from a CUDA graph, "
+        "which leaves the GPU's time alone.",
+        "part4-graph",
+    ),
+    (
+        "What the causal mask costs",
+        "Milliseconds per forward with and without the causal mask, which halves the useful work, from N = 2048 on.",
+        "part4-causal",
+    ),
+]

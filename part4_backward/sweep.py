@@ -53,7 +53,7 @@ class Backward(sweep.SweepTarget):
         return dict(
             D=config["D"],
             IS_CAUSAL=bool(config["causal"]),
-            DOT_PRECISION="tf32",
+            DOT_PRECISION="ieee" if self.dtype == torch.float32 else "tf32",  # as flash_backward
             BLOCK_M=config["BLOCK_M"],
             BLOCK_N=config["BLOCK_N"],
         )

@@ -18,6 +18,7 @@ import torch
 from common import parts, runtime
 from common.check import check_part
 from common.inputs import Shape, make_inputs
+from part4_backward import figures
 
 part4 = parts.load(4)
 print(runtime.describe())
@@ -33,11 +34,33 @@ print(runtime.describe())
 q, k, v, do = make_inputs(Shape((1,), 6, 9, 16), torch.float64, "cpu", seed=0)
 p = torch.softmax(q @ k.transpose(-2, -1) * 16**-0.5, dim=-1)  # (1, 6, 9), the full P
 o, dp = p @ v, do @ v.transpose(-2, -1)
-print("sum_j P_ij dP_ij:", (p * dp).sum(-1))
-print("rowsum(dO * O):  ", (do * o).sum(-1))
+for i, (from_p, from_o) in enumerate(zip((p * dp).sum(-1)[0].tolist(), (do * o).sum(-1)[0].tolist())):
+    print(f"row {i}: sum_j P_ij dP_ij = {from_p:+.6f}   rowsum(dO_i * O_i) = {from_o:+.6f}")
 
 # %% [markdown]
-# ## 2. The three launches, checked
+# ## 2. Two loop orders
+#
+# A key tile's gradient (dK_j, dV_j) sums over queries, a query tile's (dQ_i) over keys, so each
+# kernel walks the other side: the dK/dV kernel one program per key tile, down the query tiles
+# that see it; the dQ kernel one program per query tile, across the key tiles it sees (the
+# forward's walk). `figures.py` writes both kernels' loop bounds in Python (the tests check them
+# against brute force) and draws them (backward_loops.png); causal, N = 320, the tiles of the
+# tuned D = 64 configurations:
+
+# %%
+bm, bn = figures.DKDV_TILES
+print(f"dK/dV kernel, {bm} query rows x {bn} keys:")
+for k_start in range(0, figures.N, bn):
+    masked, unmasked = figures.dkdv_query_tiles(k_start, bm, bn, figures.N, True)
+    print(f"  key tile at {k_start:>3}: query tiles {masked} with a mask, then {unmasked} without")
+bm, bn = figures.DQ_TILES
+print(f"dQ kernel, {bm} query rows x {bn} keys:")
+for q_start in range(0, figures.N, bm):
+    unmasked, masked = figures.dq_key_tiles(q_start, bm, bn, figures.N, True)
+    print(f"  query tile at {q_start:>3}: key tiles {unmasked} without a mask, then {masked} with one")
+
+# %% [markdown]
+# ## 3. The three launches, checked
 #
 # `flash_backward` runs the preprocess (D), the dK/dV kernel (one program per key tile) and the
 # dQ kernel (one program per query tile). Causal, ragged, N_q != N_k, N = 1:
@@ -54,7 +77,7 @@ for shape, causal in (
     assert report.ok
 
 # %% [markdown]
-# ## 3. Deterministic by default, atomics as the alternative
+# ## 4. Deterministic by default, atomics as the alternative
 #
 # Each dQ tile is written by one program, summing the key tiles in a fixed order: two calls give
 # the same bits. With `atomic_dq=True` the dK/dV kernel adds each contribution to dQ with float32
@@ -71,7 +94,7 @@ atomic = [part4.flash_backward(q, k, v, o, lse, do, True, atomic_dq=True)[0] for
 print("atomics, max |dQ - dQ (second pass)|:", max((a.float() - first[0].float()).abs().max().item() for a in atomic))
 
 # %% [markdown]
-# ## 4. Memory: nothing N x N
+# ## 5. Memory: nothing N x N
 #
 # What the backward keeps beyond its inputs: D (N floats per row), dQ, dK, dV (N x D each). The
 # materialised backward needs P and dP, N x N each.

@@ -9,15 +9,19 @@
 # %% [markdown]
 # # Part 5 walkthrough: reading a roofline
 #
-# `python -m part5_profiling.walkthrough` from the repository root. Nothing here needs a GPU: it
-# works out where attention sits on a roofline from first principles, then reads whatever the
-# committed results (results/h200/) hold: the ceilings measured on the GPU, the profile of every
-# part, and the roofline drawn from them.
+# `python -m part5_profiling.walkthrough` from the repository root. Nothing here needs a GPU, and
+# nothing here is measured on this machine: section 1 works out where attention sits on a roofline
+# from first principles; sections 2 and 3 print a few numbers measured on an H200, read from the
+# committed results in results/h200/ (each says which file); section 4 models the K/V ring of part
+# 5's Gluon forward in plain Python.
 
 # %%
+import inspect
+
 from common import results
 from common.timing import attention_flops
 from part5_profiling import roofline
+from part5_profiling.tools import ring
 
 GPU_DIR = results.results_dir("h200")
 
@@ -50,22 +54,73 @@ for d in (64, 128):
 print(f"ridge point, datasheet: {989e12 / 4.8e12:.0f} FLOPs per byte")
 path = GPU_DIR / "part5_ceilings.csv"
 if path.exists():
-    peak, bw = roofline.ceilings(results.read_csv(path))
-    print(f"measured on the GPU: {peak:.0f} TFLOP/s, {bw:.2f} TB/s, ridge at {peak / bw:.0f} FLOPs per byte")
+    rows = results.read_csv(path)
+    peak, bw = roofline.ceilings(rows)
+    print(f"measured on an {rows[0]['gpu']}, read from the committed {results.shown(path)}:")
+    print(f"  {peak:.0f} TFLOP/s of bf16 matmul, {bw:.2f} TB/s of copy: ridge at {peak / bw:.0f} FLOPs per byte")
 else:
-    print(f"({results.shown(path)} is not there yet: `python -m part5_profiling.ceilings` on a GPU writes it)")
+    print(f"({results.shown(path)} is not there yet: `python -m part5_profiling.tools.ceilings` on a GPU writes it)")
 
 # %% [markdown]
-# ## 3. The committed profile and roofline
+# ## 3. Where parts 4 and 5 sit
+#
+# Again read from the committed results, not measured here: results/h200/part5_profile.csv, which
+# `make profile PART=N` writes on the GPU. Each pass's FLOPs over its kernels' time, and over the
+# bytes they moved to and from DRAM (ncu's counters). Every pass sits right of the ridge, part 5's
+# causal backward only just: at this size attention is compute-bound. `python -m
+# part5_profiling.roofline` draws every point, the SDPA backends' too, in results/h200/part5_roofline.png.
 
 # %%
 path = GPU_DIR / "part5_profile.csv"
 if path.exists():
-    for p in roofline.points(results.read_csv(path)):
-        how = "measured" if p["measured"] else "modelled"
-        print(
-            f"{p['target']:>12} {p['pass_']} D={p['D']:<3} causal={p['causal']}: {p['tflops']:6.1f} TFLOP/s at "
-            f"{p['intensity']:6.0f} FLOPs per byte ({how} bytes)"
-        )
+    rows = results.read_csv(path)
+    ridge = peak / bw if (GPU_DIR / "part5_ceilings.csv").exists() else 989e12 / 4.8e12
+    found = {(p["target"], p["pass_"], p["causal"]): p for p in roofline.points(rows) if p["D"] == 128}
+    runs = {r["target"]: f"an {r['gpu']} at commit {r['commit'][:7]}" for r in rows}
+    print(
+        f"read from the committed {results.shown(path)}: part 4 measured on {runs['part4']}, part 5 on {runs['part5']}"
+    )
+    print(f"D = 128, B = 4, H = 8, N = 4096; the ridge is at {ridge:.0f} FLOPs per byte")
+    print(f"{'':<13}{'not causal':<46}causal")
+    for target in ("part4", "part5"):
+        for pass_ in ("fwd", "bwd"):
+            cells = [found.get((target, pass_, c)) for c in (0, 1)]
+            text = [
+                f"{p['tflops']:3.0f} TFLOP/s, {p['intensity']:4.0f} FLOPs/byte = {p['intensity'] / ridge:3.1f}x ridge"
+                if p
+                else "-"
+                for p in cells
+            ]
+            print(f"part {target[4:]} {pass_}:  {text[0]:<46}{text[1]}")
 else:
     print(f"({results.shown(path)} is not there yet: `make profile PART=N` on a GPU writes it)")
+
+# %% [markdown]
+# ## 4. The Gluon forward's K/V ring, modelled
+#
+# `gluon_attention.py` gives each program one loader warp and softmax warpgroups of 64 query rows
+# (two at D = 128, three at D = 64: its CONFIGS). The loader copies K_j and V_j into a ring of STAGES
+# shared-memory buffers; mbarriers carry the hand-off: ready[slot] completes a phase when the copy
+# lands, free[slot] when every warpgroup has arrived on it. Gluon has no interpreter, so `ring.py`
+# models the K ring in plain Python with the kernel's rule: key tile `it` goes to slot
+# `it % STAGES` with phase bit `(it // STAGES) & 1`; the loader waits on free[slot] with parity
+# `phase ^ 1`, each warpgroup on ready[slot] with parity `phase`. A wait with parity p passes once
+# the phase of parity p just before the current one has completed, and a fresh barrier counts as
+# having completed phase -1: so the loader's first wait on each free barrier (parity 1) passes at
+# once, and its next one (parity 0) waits for every warpgroup to release the slot.
+#
+# The model's two sides, then 6 key tiles with STAGES = 2 and two warpgroups, the loader taking its
+# turn first whenever it can go (tests/test_figures.py runs many other interleavings and checks that
+# none deadlocks or overwrites a slot not yet released). `python -m part5_profiling.tools.figures` draws
+# the roles, the ring, and one step of a warpgroup.
+
+# %%
+print(inspect.getsource(ring.loader))
+print(inspect.getsource(ring.consumer))
+events, errors = ring.run(6, 2, 2)
+print("\n".join(ring.story(events, 2, 2)))
+assert not errors, errors
+blocked = [e["who"] for e in events if e["blocked"]]
+print(
+    f"the loader blocked {blocked.count('loader')} times on a free barrier; the warpgroups {len(blocked) - blocked.count('loader')} times on ready"
+)

@@ -22,8 +22,16 @@ from tests.helpers import (
 )
 
 SHAPE = Shape((2, 3), 300, 451, 64) if HAS_GPU else Shape((1, 2), 70, 101, 32)
-DKDV_LINE = 'BWD_DKDV_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DKDV'
-DQ_LINE = 'BWD_DQ_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)] if INTERPRET else BWD_DQ'
+DKDV_LINE = """BWD_DKDV_CONFIGS = (
+    [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else BWD_DKDV + list(BWD_DKDV_FLOAT32.values())
+)"""
+DQ_LINE = """BWD_DQ_CONFIGS = (
+    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    if INTERPRET
+    else BWD_DQ + list(BWD_DQ_FLOAT32.values())
+)"""
 TILES = [(32, 128), (64, 64), (128, 32)] if HAS_GPU else [(16, 32), (16, 16), (32, 16)]
 
 

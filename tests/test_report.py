@@ -329,3 +329,342 @@ def test_provenance_line_names_every_commit_and_day():
     ]
     line = results.provenance_line(rows, "make report")
     assert line == "_G; torch 2; Triton 3; commit a, b; 2026-11-30, 2026-12-01. Regenerate: `make report`._"
+
+
+# ------------------------------------------------------------------------------------ code in the READMEs
+SOURCE = '''"""A module."""
+
+import functools
+
+
+def helper():
+    return 1
+
+
+@functools.cache
+@other
+def kernel(a, b):
+    """What kernel does.
+
+    Two lines of it."""
+
+    # the bounds
+    lo = 0
+    if a:
+        hi = b
+    else:
+        hi = a
+    total = combine(
+        lo,
+        hi,
+    )
+    return total
+
+
+class Outer:
+    def inner(self):
+        """Doc."""
+        if self:
+            return 2
+        return 3
+'''
+
+
+def _source(tmp_path, text=SOURCE):
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "mod.py").write_text(text)
+
+
+def test_code_excerpt_is_the_function_as_in_its_file_without_its_docstring(tmp_path):
+    _source(tmp_path)
+    assert report.code_excerpt("pkg/mod.py:kernel", tmp_path).splitlines() == [
+        "@functools.cache",
+        "@other",
+        "def kernel(a, b):",
+        "    # the bounds",
+        "    lo = 0",
+        "    if a:",
+        "        hi = b",
+        "    else:",
+        "        hi = a",
+        "    total = combine(",
+        "        lo,",
+        "        hi,",
+        "    )",
+        "    return total",
+    ]
+    # A method, dedented; a def whose body is its docstring alone keeps it.
+    assert report.code_excerpt("pkg/mod.py:Outer.inner", tmp_path) == (
+        "def inner(self):\n    if self:\n        return 2\n    return 3"
+    )
+    _source(tmp_path, 'def f():\n    """Only this."""\n')
+    assert report.code_excerpt("pkg/mod.py:f", tmp_path) == 'def f():\n    """Only this."""'
+
+
+def test_code_excerpt_of_a_part_runs_from_anchor_to_anchor_and_takes_whole_statements(tmp_path):
+    _source(tmp_path)
+    # "if a:" opens an if: from there; "lo," is inside a call spread over four lines: to its end.
+    assert report.code_excerpt("pkg/mod.py:kernel:from=if a:,to=lo,", tmp_path).splitlines() == [
+        "if a:",
+        "    hi = b",
+        "else:",
+        "    hi = a",
+        "total = combine(",
+        "    lo,",
+        "    hi,",
+        ")",
+    ]
+    # to=... opening an if takes its block, else included; the part is dedented.
+    assert report.code_excerpt("pkg/mod.py:kernel:from=# the bounds,to=if a:", tmp_path) == (
+        "# the bounds\nlo = 0\nif a:\n    hi = b\nelse:\n    hi = a"
+    )
+    # from= alone runs to the function's end; to= alone starts at its first decorator (docstring kept).
+    assert report.code_excerpt("pkg/mod.py:kernel:from=return total", tmp_path) == "return total"
+    assert report.code_excerpt("pkg/mod.py:Outer.inner:to=Doc", tmp_path) == 'def inner(self):\n    """Doc."""'
+    # The to text is looked for from the from line on: "hi = " is twice in kernel, once from "else:".
+    assert report.code_excerpt("pkg/mod.py:kernel:from=else:,to=hi = ", tmp_path) == "else:\n    hi = a"
+
+
+@pytest.mark.parametrize(
+    "spec, problem",
+    [
+        ("pkg/mod.py:kernel_v2", "pkg/mod.py: no function or class kernel_v2 at its top level"),
+        ("pkg/mod.py:Outer.outer", "pkg/mod.py: no function or class outer in Outer"),
+        ("pkg/other.py:kernel", "there is no file pkg/other.py"),
+        ("pkg/mod.py:kernel:from=hi = ", "the from text 'hi = ' is on 2 lines of kernel (lines 20, 22)"),
+        ("pkg/mod.py:kernel:from=lo = 0,to=hi", "the to text 'hi' is on 3 lines of kernel from line 18 on"),
+        ("pkg/mod.py:kernel:from=while", "the from text 'while' is on no line of kernel"),
+        ("pkg/mod.py:kernel:start=lo", "expected from=TEXT,to=TEXT"),
+    ],
+)
+def test_code_excerpt_says_what_it_could_not_find(tmp_path, spec, problem):
+    _source(tmp_path)
+    with pytest.raises(report.CodeError) as e:
+        report.code_excerpt(spec, tmp_path)
+    assert problem in str(e.value)
+
+
+def test_fill_puts_the_code_between_the_markers_and_is_stable(tmp_path):
+    _source(tmp_path)
+    marker = "pkg/mod.py:kernel:from=return total"
+    text = f"# Title\n\n<!-- code:{marker} -->\nold\n<!-- /code:{marker} -->\n\nMore prose.\n"
+    new = report.fill(text, {}, tmp_path, root=tmp_path)
+    assert (
+        new
+        == f"# Title\n\n<!-- code:{marker} -->\n```python\nreturn total\n```\n<!-- /code:{marker} -->\n\nMore prose.\n"
+    )
+    assert report.fill(new, {}, tmp_path, root=tmp_path) == new
+    # A marker written inline in prose is not a block; an opening line without its closing one is an error.
+    prose = "Blocks look like `<!-- code:PATH:NAME -->`.\n"
+    assert report.fill(prose, {}, tmp_path, root=tmp_path) == prose
+    with pytest.raises(report.CodeError, match="no closing <!-- /code:pkg/mod.py:helper -->"):
+        report.fill_code("<!-- code:pkg/mod.py:helper -->\n", tmp_path)
+
+
+def _readme_with_code(tmp_path, monkeypatch, marker):
+    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    readme.write_text(readme.read_text() + f"\n<!-- code:{marker} -->\n<!-- /code:{marker} -->\n")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    _source(tmp_path)
+    return readme
+
+
+@pytest.mark.parametrize(
+    "marker, missing",
+    [
+        ("pkg/mod.py:kernel_v2", "no function or class kernel_v2"),  # the function was renamed
+        ("pkg/mod.py:kernel:from=hi = ", "the from text 'hi = ' is on 2 lines"),  # an anchor found twice
+    ],
+)
+def test_missing_code_stops_the_report_before_it_changes_anything(tmp_path, monkeypatch, capsys, marker, missing):
+    readme = _readme_with_code(tmp_path, monkeypatch, marker)
+    before = readme.read_text()
+    assert report.main(["--gpu", "fake"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert str(readme) in err[0] and f"<!-- code:{marker} -->" in err[0] and missing in err[0]
+    assert readme.read_text() == before
+    assert not list((tmp_path / "results" / "fake").glob("*.png"))
+    assert not list((tmp_path / "results" / "fake").glob("*_log.md"))
+
+
+def test_report_fills_code_blocks(tmp_path, monkeypatch):
+    readme = _readme_with_code(tmp_path, monkeypatch, "pkg/mod.py:helper")
+    assert report.main(["--gpu", "fake"]) == 0
+    assert "<!-- code:pkg/mod.py:helper -->\n```python\ndef helper():\n    return 1\n```\n" in readme.read_text()
+
+
+# ------------------------------------------------------------------------------------ the progression
+PROGRESSION_TF = {  # (impl, mode, N) -> TFLOP/s at D = 128, causal; part 3 is not in the CSV at all
+    ("part0", "fwd", 1024): 0.05,
+    ("part0", "fwd", 2048): 0.1,
+    ("part0", "fwd+bwd", 2048): 0.08,
+    ("part1", "fwd", 4096): 50,
+    ("part1", "fwd+bwd", 4096): 0.4,
+    ("part2", "fwd", 4096): 250,  # no forward + backward row
+    ("part4", "fwd", 4096): 450,
+    ("part4", "fwd+bwd", 4096): 360,
+    ("part4", "fwd", 8192): 1,  # another N, and below another shape and mode: not the progression's
+    ("part4", "bwd", 4096): 2,
+    ("part5", "fwd", 4096): 525,
+    ("part5", "fwd+bwd", 4096): 380,
+    ("sdpa_cudnn", "fwd", 2048): 400,
+    ("sdpa_cudnn", "fwd+bwd", 2048): 200,
+    ("sdpa_cudnn", "fwd", 4096): 500,
+    ("sdpa_cudnn", "fwd+bwd", 4096): 400,
+    ("sdpa_flash", "fwd", 4096): 300,
+}
+
+
+def _progression_csv(folder):
+    rows = []
+    for (impl, mode, n), tf in PROGRESSION_TF.items():
+        part = int(impl[4:]) if impl.startswith("part") else ""
+        row = dict(impl=impl, part=part, B=4, H=8, N=n, D=128, dtype="bf16", causal=1, mode=mode, check="ok", **META)
+        rows.append(dict(row, ms=_ms(n, 128, 1, tf, mode)))
+    rows.append(dict(rows[-1], impl="part4", part=4, D=64, ms=_ms(4096, 64, 1, 3)))
+    results.write_csv(folder / "bench.csv", rows, bench.FIELDS)
+    return results.read_csv(folder / "bench.csv")
+
+
+def test_progression_table_has_one_row_per_part_at_one_shape(tmp_path):
+    _progression_csv(tmp_path)
+    table = report.table_progression(tmp_path)
+    assert table.startswith("_Test GPU; torch 2.x; Triton 3.x; commit abc1234;")
+    loop, own = "the tiled PyTorch loop (`common/backward.py`)", "its own kernels"
+    body = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header and its rule
+    assert body == [
+        # part 0 at its longest N, beside cuDNN's there (0.1 / 400 and 0.08 / 200 are under 1%).
+        f"| part 0 (N = 2048) | 0.1 | <1% | 0.08 | <1% | {loop} |",
+        f"| part 1 | 50 | 10% | 0.4 | <1% | {loop} |",
+        f"| part 2 | 250 | 50% | — | — | {loop} |",
+        f"| part 3 | — | — | — | — | {loop} |",
+        f"| part 4 | 450 | 90% | 360 | 90% | {own} |",
+        f"| part 5 | 525 | 105% | 380 | 95% | {own} |",
+        "| SDPA cuDNN | 500 | 100% | 400 | 100% | cuDNN's |",
+    ]
+    assert "Part 0 was timed only up to N = 2048: its row is at N = 2048" in table
+    assert (
+        "—: not in bench.csv at this shape (part 2 forward + backward, part 3 forward, part 3 forward + backward)"
+        in table
+    )
+
+
+def test_progression_chart_draws_the_same_numbers(tmp_path):
+    ax = report.progression_figure(_progression_csv(tmp_path)).axes[0]
+    fwd, both = ax.containers
+    assert [p.get_height() for p in fwd] == pytest.approx([0.1, 50, 250, 0, 450, 525, 500])
+    assert [p.get_height() for p in both] == pytest.approx([0.08, 0.4, 0, 0, 360, 380, 400])
+    assert [t.get_text() for t in ax.texts].count("—") == 3  # part 3 twice, part 2's forward + backward
+    assert any(t.get_text().startswith("0.1\n(N=2048)") for t in ax.texts)
+    assert [p.get_hatch() for p in both] == ["//"] * 4 + [None] * 3  # the PyTorch backward of parts 0-3
+    assert fwd[0].get_facecolor() != fwd[-1].get_facecolor()  # SDPA cuDNN in a colour of its own
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "SDPA cuDNN"
+
+
+def test_progression_from_an_empty_csv_is_dashes(tmp_path):
+    results.write_csv(tmp_path / "bench.csv", [], bench.FIELDS)
+    assert "| part 1 | — | — | — | — |" in report.table_progression(tmp_path)
+
+
+# ------------------------------------------------------------------------------------ cross-part plots
+def test_each_implementation_has_its_own_colour_and_style(tmp_path):
+    fig = report.tflops_figure(_bench_csv(tmp_path))
+    lines = [line for line in fig.axes[0].lines]
+    styles = [(line.get_color(), line.get_linestyle(), line.get_marker()) for line in lines]
+    assert len({s[0] for s in styles}) == len(lines)  # four implementations, four colours
+    impls = ["part1", "part2", "sdpa_flash", "sdpa_cudnn", *report.OTHER_STYLES, *(f"part{n}" for n in range(6))]
+    assert len({(s["color"], str(s["linestyle"])) for s in map(report.impl_style, set(impls))}) == len(set(impls))
+    # On the vs-SDPA plot one part's two lines share its colour.
+    vs = {line.get_label(): line.get_color() for line in report.vs_sdpa_figure(_bench_csv(tmp_path)).axes[0].lines}
+    assert vs["part 2 / SDPA flash (FA2)"] == vs["part 2 / SDPA cuDNN"] != vs["part 1 / SDPA cuDNN"]
+
+
+def test_forward_and_backward_plot_draws_the_fwd_bwd_rows(tmp_path):
+    rows = _progression_csv(tmp_path)
+    fig = report.tflops_figure(rows, mode="fwd+bwd")
+    lines = {line.get_label(): line for line in _panel(fig, 128, 1).lines}
+    assert set(lines) == {"part 0 (PyTorch backward)", "part 1 (PyTorch backward)", "part 4", "part 5", "SDPA cuDNN"}
+    x, y = lines["SDPA cuDNN"].get_data()
+    assert list(x) == [2048, 4096] and list(y) == pytest.approx([200, 400])
+    assert not _panel(fig, 64, 0).lines
+
+
+def test_report_draws_the_progression_and_both_modes_and_is_idempotent(tmp_path, monkeypatch, capsys):
+    readme = _readme_with(tmp_path, monkeypatch, "progression")
+    folder = tmp_path / "results" / "fake"
+    _progression_csv(folder)
+    assert report.main(["--gpu", "fake"]) == 0
+    assert "| part 4 | 450 | 90% | 360 | 90% | its own kernels |" in readme.read_text()
+    for name in ("bench_tflops.png", "bench_fwd_bwd.png", "bench_vs_sdpa.png", "progression.png"):
+        assert (folder / name).exists()
+    first = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    assert report.main(["--gpu", "fake"]) == 0
+    assert "updated" not in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == first
+
+
+# ------------------------------------------------------------------------------------ the results logs
+def test_a_results_log_has_each_tables_heading_sentence_and_table(tmp_path):
+    from common import parts
+
+    _bench_csv(tmp_path)
+    own = types.SimpleNamespace(
+        __name__="part2_tile_tuning.report",
+        TABLES={"part2-demo": lambda g: "| demo |\n| --- |\n| 7 |", "part2-extra": lambda g: "extra table"},
+        LOG=[("The demo", "What the demo measured.", "part2-demo")],
+    )
+    tables = report.all_tables([own])
+    log = report.part_log(2, parts.folder(2), report.log_entries(2, own), tables, tmp_path)
+    assert [line for line in log.splitlines() if line.startswith("#")] == [
+        "# Part 2 (tile tuning): results log",
+        "## The forward against the part before and SDPA",
+        "## do_bench against CUDA-graph replay",
+        "## What the causal mask costs",
+        "## The demo",
+        "## part2-extra",  # in TABLES, not in LOG: last, under its marker name
+    ]
+    assert "[part2_tile_tuning/README.md](" in log
+    demo = log.split("## The demo\n\n")[1]
+    assert demo.startswith("What the demo measured.\n\n| demo |\n| --- |\n| 7 |")
+    forward = log.split("## The forward against the part before and SDPA\n\n")[1].split("\n## ")[0]
+    assert "_Test GPU; torch 2.x; Triton 3.x; commit abc1234;" in forward  # the table's provenance line
+    assert "| 64 | no | 4096 | 108 | **368** | 348 | 518 | 106% | 71% | 64x64 w4 s2 |" in forward
+    # A LOG entry naming a common table places it; a part without a report module gets the common ones.
+    placed = types.SimpleNamespace(__name__="x", TABLES={}, LOG=[("Mine", "Mine.", "part2-graph")])
+    assert [e[2] for e in report.log_entries(2, placed)] == ["part2", "part2-causal", "part2-graph"]
+    assert [e[2] for e in report.log_entries(1)] == ["part1", "part1-graph", "part1-causal"]
+
+
+def test_report_writes_a_log_for_every_part(tmp_path, monkeypatch):
+    from common import parts
+
+    _readme_with(tmp_path, monkeypatch, "overview")
+    assert report.main(["--gpu", "fake"]) == 0
+    for n in parts.folders():
+        log = (tmp_path / "results" / "fake" / f"part{n}_log.md").read_text()
+        # Every part's log holds its forward against the part before (part 4 places it after its own tables).
+        assert log.startswith(f"# Part {n} (") and f"| **part {n}** | SDPA flash |" in log
+    part1 = (tmp_path / "results" / "fake" / "part1_log.md").read_text()
+    assert "| 64 | no | 4096 | — | **108** | 348 | 518 | 31% | 21% |" in part1
+
+
+def test_a_log_entry_without_a_table_stops_the_report(tmp_path, monkeypatch, capsys):
+    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    bad = types.SimpleNamespace(__name__="part2_tile_tuning.report", TABLES={}, LOG=[("H", "S.", "part2-nothing")])
+    monkeypatch.setattr(report, "part_reports", lambda: [bad])
+    assert report.main(["--gpu", "fake"]) == 2
+    assert "part2-nothing" in capsys.readouterr().err
+    assert "old" in readme.read_text() and not list((tmp_path / "results" / "fake").glob("*_log.md"))
+
+
+def test_committed_logs_are_reproduced_from_the_committed_results():
+    from common import parts
+
+    gpu_dir = ROOT / "results" / "h200"
+    reports = report.part_reports()
+    tables, by_part = report.all_tables(reports), {report.part_of(m): m for m in reports}
+    for n, folder in parts.folders().items():
+        made = report.part_log(n, folder, report.log_entries(n, by_part.get(n)), tables, gpu_dir)
+        assert report.log_path(gpu_dir, n).read_text() == made, n

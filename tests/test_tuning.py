@@ -128,6 +128,36 @@ def test_autotune_prune_follows_dtype(part, monkeypatch):
     assert fa.fits_in_smem([big, small], {"Q": fp32}, D=128) == [small]
 
 
+@pytest.mark.since_part(2)
+def test_float32_gets_its_own_tile_and_16_bit_never_does(part):
+    """The float32 tiles (IEEE products, no tensor cores): a float32 call gets the one for its head
+    dim and nothing to time; a 16-bit call never gets one (on the GPU list; the interpreter's list
+    has one configuration for everything)."""
+    fa = parts.load(part)
+    every = fa.TUNED + list(fa.FLOAT32.values())
+    bf16, fp32 = torch.empty(1, dtype=torch.bfloat16), torch.empty(1, dtype=torch.float32)
+    for d in (16, 32, 64, 128):
+        assert fa.fits_in_smem(every, {"Q": fp32}, D=d) == [fa.FLOAT32[128 if d > 64 else 64]]
+        assert not set(map(str, fa.fits_in_smem(every, {"Q": bf16}, D=d))) & set(map(str, fa.FLOAT32.values()))
+    # each float32 tile fits a float32 call of its head dims in an Ada GPU's 99 KB, not only Hopper's
+    for d, config in fa.FLOAT32.items():
+        need = fa.smem_bytes(config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], d, 4, config.num_stages)
+        assert need <= 99 * 1024, f"D={d}: {need} bytes would not fit an Ada GPU"
+    if hasattr(fa, "BWD_DKDV_FLOAT32"):  # the backward's kernels, from part 4 on
+        for streamed, held, float32, tuned in (
+            ("BLOCK_M", "BLOCK_N", fa.BWD_DKDV_FLOAT32, fa.BWD_DKDV),
+            ("BLOCK_N", "BLOCK_M", fa.BWD_DQ_FLOAT32, fa.BWD_DQ),
+        ):
+            prune = fa.bwd_fits_in_smem(streamed)
+            every = tuned + list(float32.values())
+            for d in (16, 32, 64, 128):
+                tile = float32[128 if d > 64 else 64]
+                assert prune(every, {"Q": fp32}, D=d) == [tile]
+                assert all(c is not t for c in prune(every, {"Q": bf16}, D=d) for t in float32.values())
+                rows = (tile.kwargs[held], tile.kwargs[streamed])
+                assert fa.bwd_smem_bytes(*rows, max(d, 64), 4, tile.num_stages) <= 99 * 1024
+
+
 @pytest.mark.only_parts(2)
 def test_n_bucket(part):
     fa = parts.load(part)

@@ -309,9 +309,116 @@ def _candidate_cell(row):
     return f"{row['graph_tflops']:.0f}" + (f" ({row['speedup']:.2f}x)" if row["speedup"] is not None else "")
 
 
+def _train_rows(gpu_dir):
+    """train_step.csv's rows in the table's order: N, eager before compiled, SDPA's rows, then the parts."""
+    from part5_profiling.tools import train_step
+
+    order = [train_step.REFERENCE, "sdpa_flash", train_step.HF_MASK]
+    rank = lambda impl: (order.index(impl), 0) if impl in order else (len(order), int(impl.removeprefix("part")))  # noqa: E731
+    rows = read_csv(gpu_dir / "train_step.csv")
+    modes = list(train_step.MODES)
+    return sorted(rows, key=lambda r: (r["N"], modes.index(r["mode"]), rank(r["impl"]))), train_step
+
+
+def table_train_step(gpu_dir):
+    """Per N, mode and implementation: step time, its ratio to SDPA default's, peak memory, the loss difference."""
+    rows, train_step = _train_rows(gpu_dir)
+    first = rows[0]
+
+    def cell(value, form):
+        return "—" if value is None else form.format(value)
+
+    body = [
+        [
+            r["N"],
+            r["mode"],
+            train_step.label(r["impl"]),
+            r["attention"] or "—",
+            cell(r["step_ms"], "{:.1f}"),
+            cell(r["vs_sdpa"], "{:.2f}x"),
+            cell(r["peak_mib"], "{:,.0f}"),
+            cell(r["loss_diff"], "{:.4f}"),
+            str(r["check"]).split(":")[0],
+        ]
+        for r in rows
+    ]
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part5_profiling.tools.train_step && make report"),
+            "",
+            f"A training step (forward, backward, AdamW) of a {first['layers']}-layer Llama: hidden {first['hidden']}, "
+            f"{first['heads']} heads of D = {first['D']} sharing {first['kv_heads']} key/value heads, vocabulary "
+            f"{first['vocab']:,}, {first['dtype']}, B={first['B']}, causal. Step time: the median of "
+            f"{first['steps'] - first['warmup']} steps after {first['warmup']} of warm-up (CUDA events); peak memory "
+            "over those steps; SDPA default's step time over this one's (above 1: faster); the largest loss "
+            f"difference from SDPA default's in the first {train_step.COMPARED} steps (same mode):",
+            "",
+            markdown_table(
+                ["N", "mode", "attention", "ran", "step ms", "x SDPA default", "peak MiB", "loss diff", "check"],
+                body,
+                "rllrrrrrl",
+            ),
+        ]
+    )
+
+
+def train_loss_figure(rows, train_step):
+    """Top: the loss at every step, one line per implementation and mode (eager solid, compiled
+    dashed), a panel per N. Bottom: each loss minus SDPA default's (same mode), with the steps the
+    check compares shaded."""
+    from matplotlib.figure import Figure
+
+    ns = sorted({r["N"] for r in rows})
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    fig = Figure(figsize=(6.5 * len(ns), 8))
+    axes = fig.subplots(2, len(ns), squeeze=False, sharex=True)
+    for col, n in enumerate(ns):
+        top, bottom = axes[0][col], axes[1][col]
+        for mode, style in (("eager", "-"), ("compiled", "--")):
+            mine = {
+                r["impl"]: [float(x) for x in str(r["losses"]).split()]
+                for r in rows
+                if r["N"] == n and r["mode"] == mode and r["losses"]
+            }
+            reference = mine.get(train_step.REFERENCE)
+            for impl, losses in mine.items():
+                color = f"C{impls.index(impl) % 10}"
+                top.plot(range(len(losses)), losses, style, color=color, label=f"{train_step.label(impl)}, {mode}")
+                if reference is not None:
+                    diff = [a - b for a, b in zip(losses, reference)]
+                    bottom.plot(range(len(diff)), diff, style, color=color)
+        bottom.axvspan(
+            0, train_step.COMPARED - 1, color="gray", alpha=0.1, label=f"compared (first {train_step.COMPARED})"
+        )
+        bottom.axhline(0, color="gray", lw=0.8)
+        top.set_title(f"N = {n}")
+        top.set_ylabel("loss")
+        bottom.set_ylabel("loss - SDPA default's loss")
+        bottom.set_xlabel("step")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+        top.legend(fontsize=7)
+        bottom.legend(fontsize=7)
+    r = rows[0]
+    fig.suptitle(
+        f"Training a {r['layers']}-layer Llama (hidden {r['hidden']}, D = {r['D']}, {r['dtype']}, B={r['B']}) — {r['gpu']}"
+    )
+    fig.tight_layout()
+    return fig
+
+
+def draw_train_loss(gpu_dir):
+    """part5_train_loss.png from train_step.csv, if it exists; returns the path, or None."""
+    if not (gpu_dir / "train_step.csv").exists():
+        return None
+    rows, train_step = _train_rows(gpu_dir)
+    path = gpu_dir / "part5_train_loss.png"
+    train_loss_figure(rows, train_step).savefig(path, dpi=110)
+    return path
+
+
 def draw(gpu_dir):
-    path = roofline.draw(gpu_dir)
-    return [path] if path is not None else []
+    return [path for path in (roofline.draw(gpu_dir), draw_train_loss(gpu_dir)) if path is not None]
 
 
 TABLES = {
@@ -324,4 +431,66 @@ TABLES = {
     "part5-compiled": table_compiled,
     "part5-gluon": table_gluon,
     "part5-gluon-bwd": table_gluon_bwd,
+    "part5-train-step": table_train_step,
 }
+
+LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in this order (common/report.py)
+    (
+        "Ceilings",
+        "What the GPU reaches at all, measured beside the datasheet's figures: bf16 matrix products of "
+        "attention's shapes and a square one, and a device-to-device copy; the roofline's roofs.",
+        "part5-ceilings",
+    ),
+    (
+        "The profile of every part",
+        "Each part's forward and backward at N = 4096: GPU time from CUPTI, registers and spills from the "
+        "compiler, tensor-pipe activity and stalls from ncu where it could read the counters.",
+        "part5-profile",
+    ),
+    (
+        "Where the forward's time goes",
+        "Part 4's forward with one stage of its inner loop done twice or left out, timed by CUDA-graph replay: "
+        "the cost of each stage from the difference.",
+        "part5-stages",
+    ),
+    (
+        "Launch cost",
+        "Microseconds per call on the GPU (graph replay), on the host (issuing the calls) and by `do_bench`, "
+        "and where the host's time goes.",
+        "part5-launch-cost",
+    ),
+    (
+        "What the compiler makes of the candidates",
+        "Each candidate forward compiled for the H200 at every configuration its autotuner could pick, read off "
+        "the binary: whether it compiled, warp specialisation, registers and stack.",
+        "part5-compiled",
+    ),
+    (
+        "Candidate forwards",
+        "Candidate changes to part 4's forward, each checked and timed by CUDA-graph replay against part 4's kernel.",
+        "part5-candidates",
+    ),
+    (
+        "Candidate backwards",
+        "Candidate changes to part 4's backward, each checked on dQ, dK and dV and timed against part 4's backward.",
+        "part5-bwd-candidates",
+    ),
+    (
+        "The Gluon forward",
+        "The Gluon forward's variants, part 4's `tl` forward and SDPA cuDNN from one run, each as a fraction "
+        "of cuDNN's speed.",
+        "part5-gluon",
+    ),
+    (
+        "The Gluon backward",
+        "The one-pass Gluon backward in each program order, its ablations and part 4's backward, checked and "
+        "timed from one run.",
+        "part5-gluon-bwd",
+    ),
+    (
+        "A training step",
+        "A whole training step (forward, backward, AdamW) of a small Llama with each attention: step time "
+        "against SDPA default's, peak memory, and how far the loss moves from SDPA's.",
+        "part5-train-step",
+    ),
+]

@@ -1,0 +1,240 @@
+"""The cold-start benchmark (common/coldstart.py): a real cold run of part 1 through its own fresh
+processes, the table from a synthetic file holding two commits, a process killed at its timeout,
+and the command line."""
+
+import time
+
+import pytest
+
+from common import coldstart, report, results
+from common.runtime import HAS_GPU, INTERPRET
+
+COMPILED = HAS_GPU and not INTERPRET
+META = dict(torch="2.x", triton="3.x", command="python -m common.coldstart", parallel=1, timeout=600)
+
+
+def _read(tmp_path):
+    return results.read_csv(tmp_path / coldstart.FILENAME)
+
+
+def _step(rows, scenario, step, causal=0):
+    (row,) = [r for r in rows if r["scenario"] == scenario and r["step"] == step and r["causal"] == causal]
+    return row
+
+
+@pytest.mark.only_parts(1)
+def test_a_cold_run_of_part1_writes_its_steps(part, tmp_path, monkeypatch):
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    argv = ["--part", "1", "--dtype", "fp32", "--causal", "0", "--shape", "small", "--parallel", "2"]
+    assert coldstart.main(argv) == 0
+    rows = _read(tmp_path)
+    one = [r for r in rows if r["scenario"] == coldstart.ONE]
+    assert [r["step"] for r in one] == [
+        "import torch",
+        "import part",
+        "first forward",
+        "first backward",
+        "second call",
+        "process",
+    ]
+    four = [r for r in rows if r["scenario"] == coldstart.FOUR]
+    assert [(r["step"], r["causal"]) for r in four] == [
+        ("first forward", 0),
+        ("first backward", 0),
+        ("first forward", 1),
+        ("first backward", 1),
+        ("import torch", None),
+        ("import part", None),
+        ("four calls", None),
+        ("process", None),
+    ]
+    for r in rows:
+        assert r["part"] == 1 and r["dtype"] == "fp32" and r["shape"] == "small"
+        assert (r["B"], r["H"], r["N"], r["D"]) == (4, None, 128, 64)
+        assert r["seconds"] > 0 and r["status"] == "ok" and r["parallel"] == 2
+        assert r["commit"] == results.commit() and r["gpu"] == results.provenance()["gpu"]
+        assert r["device"] == ("cuda" if COMPILED else "cpu, interpreter")
+    four_calls = [r["seconds"] for r in four if r["step"] in ("first forward", "first backward")]
+    assert sum(four_calls) <= _step(rows, coldstart.FOUR, "four calls", None)["seconds"]
+    assert _step(rows, coldstart.ONE, "import part")["seconds"] < _step(rows, coldstart.ONE, "process")["seconds"]
+    first, second = (_step(rows, coldstart.ONE, s)["seconds"] for s in ("first forward", "second call"))
+    binaries = _step(rows, coldstart.ONE, "process")["binaries"]
+    if COMPILED:  # the first forward compiles part 1's kernel; the second call finds it compiled
+        assert binaries > 0 and first > second
+    else:  # the interpreter compiles nothing
+        assert binaries == 0
+
+
+def test_a_fresh_process_gets_a_new_empty_cache():
+    code = (
+        "import json, os; d = os.environ['TRITON_CACHE_DIR']; "
+        "open(os.path.join(d, 'mine'), 'w').close(); "
+        f"print({coldstart.MARK!r} + json.dumps(dict(cache=d, files=sorted(os.listdir(d)), cwd=os.getcwd())))"
+    )
+    a, b = (coldstart.run_process(code, timeout=60) for _ in range(2))
+    assert a.status == b.status == "ok"
+    assert a.lines[0]["files"] == b.lines[0]["files"] == ["mine"]  # empty before it wrote
+    assert a.lines[0]["cache"] != b.lines[0]["cache"]
+    assert a.lines[0]["cwd"] == str(coldstart.ROOT)
+
+
+def test_a_process_past_its_timeout_is_killed_and_recorded(tmp_path):
+    # Two steps printed, then a grandchild that would hold the pipe open for a minute: the whole
+    # process group must go at the timeout, and the steps printed before it must stay.
+    code = (
+        "import json, subprocess, sys, time\n"
+        f"print({coldstart.MARK!r} + json.dumps(dict(step='import torch', seconds=0.5)), flush=True)\n"
+        f"print({coldstart.MARK!r} + json.dumps(dict(step='import part', seconds=0.25)), flush=True)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    start = time.perf_counter()
+    ran = coldstart.run_process(code, timeout=2)
+    assert time.perf_counter() - start < 20
+    assert ran.status.startswith("timeout: killed after") and "limit 2 s" in ran.status
+    assert 2 <= ran.seconds < 20
+    job = dict(part=3, scenario=coldstart.ONE, dtype="fp32", shape="small", causal=1)
+    rows = coldstart.job_rows(job, ran)
+    assert [(r["step"], r["status"]) for r in rows] == [
+        ("import torch", "ok"),
+        ("import part", "ok"),
+        ("process", ran.status),
+    ]
+    assert float(rows[-1]["seconds"]) == pytest.approx(ran.seconds, rel=1e-5)
+    # In the table, the steps it never reached say so.
+    meta = dict(META, gpu="NVIDIA H200", commit="aaa1111", date="2026-01-01T00:00:00Z", device="cuda")
+    results.write_csv(tmp_path / coldstart.FILENAME, [{**meta, **r} for r in rows], coldstart.FIELDS)
+    assert "| 3 | fp32 | yes | (4, 128, 64) | timed out | timed out | timed out |" in coldstart.table(tmp_path)
+
+
+def test_an_error_in_the_process_is_recorded_with_its_last_line():
+    ran = coldstart.run_process("raise SystemExit('part 9 has no kernel')", timeout=60)
+    assert ran.status == "error: part 9 has no kernel" and ran.lines == []
+
+
+def _synthetic(tmp_path, gpu="NVIDIA H200"):
+    """Two commits of cold_start.csv: before (slow float32 first calls), after (fast)."""
+    rows = []
+    for commit, date, scale in (("bef0001", "2026-01-01T00:00:00Z", 10), ("aft0002", "2026-01-02T00:00:00Z", 1)):
+        meta = dict(META, gpu=gpu, commit=commit, date=date, device="cuda")
+        for part in (1, 2):
+            for dtype in ("fp32", "fp16"):
+                for causal in (0, 1):
+                    group = dict(part=part, scenario=coldstart.ONE, dtype=dtype, shape="small", causal=causal)
+                    big = scale if dtype == "fp32" else 1
+                    seconds = {
+                        "import part": 0.5,
+                        "first forward": big * (4 + part + causal / 2),
+                        "first backward": 0.25 * part,
+                        "second call": 0.001,
+                        "process": big * 8,
+                    }
+                    rows += [dict(meta, **group, step=s, seconds=x, status="ok") for s, x in seconds.items()]
+            four = dict(part=part, scenario=coldstart.FOUR, dtype="fp32", shape="small", causal="")
+            rows += [
+                dict(meta, **four, step="four calls", seconds=scale * 20 * part, status="ok"),
+                dict(meta, **four, step="process", seconds=scale * 25 * part, status="ok"),
+            ]
+    path = results.write_csv(tmp_path / coldstart.FILENAME, rows[::-1], coldstart.FIELDS, sort=coldstart.order)
+    return path
+
+
+def test_the_table_shows_two_commits_side_by_side(tmp_path):
+    _synthetic(tmp_path)
+    table = coldstart.table(tmp_path)
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in lines[:10]}) == 1  # well formed
+    assert lines[0] == (
+        "| part | dtype | causal | shape | first forward, bef0001 | first forward, aft0002 | first backward, bef0001 "
+        "| first backward, aft0002 | second call, bef0001 | second call, aft0002 |"
+    )
+    # part 2, fp32, causal: first forward 10 * 6.5 before, 6.5 after; backward 0.5 both times.
+    assert "| 2 | fp32 | yes | (4, 128, 64) | 65 | 6.5 | 0.5 | 0.5 | 0.001 | 0.001 |" in lines
+    assert "| 1 | fp16 | no | (4, 128, 64) | 5 | 5 | 0.25 | 0.25 | 0.001 | 0.001 |" in lines
+    assert (
+        len([line for line in lines if line.startswith(("| 1 |", "| 2 |"))]) == 8 + 2
+    )  # 8 processes + 2 four-call lines
+    # The four calls: import (absent here: a dash), the calls, the process, before and after.
+    assert "| 2 | — | — | 400 | 40 | 500 | 50 |" in lines
+    assert "empty" in table and "TRITON_CACHE_DIR" in table
+    assert "Before and after: commit bef0001, then aft0002." in table
+    assert "interpreter" not in table  # on a GPU
+    assert "commit aft0002, bef0001" in table.splitlines()[0]  # the provenance line names both
+
+
+def test_one_commit_has_one_column_per_step_and_a_cpu_says_interpreter(tmp_path):
+    rows = [r for r in results.read_csv(_synthetic(tmp_path, gpu="cpu")) if r["commit"] == "aft0002"]
+    results.write_csv(tmp_path / coldstart.FILENAME, rows, coldstart.FIELDS)
+    table = coldstart.table(tmp_path)
+    assert "| part | dtype | causal | shape | first forward | first backward | second call |" in table
+    assert "| 2 | fp32 | yes | (4, 128, 64) | 6.5 | 0.5 | 0.001 |" in table
+    assert "interpreter" in table and "compiles nothing" in table and "Before and after" not in table
+
+
+def test_rows_merge_by_commit(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    group = dict(part=1, scenario=coldstart.ONE, dtype="fp32", shape="small", causal=0, step="first forward")
+
+    def row(commit, seconds):
+        return dict(META, gpu="cpu", commit=commit, date="2026-01-01T00:00:00Z", **group, seconds=seconds)
+
+    coldstart.write([row("aaa1111", 1.0)])
+    coldstart.write([row("bbb2222", 2.0)])  # another commit: side by side
+    coldstart.write([row("aaa1111", 3.0)])  # the same commit again: replaced
+    assert sorted((r["commit"], r["seconds"]) for r in _read(tmp_path)) == [("aaa1111", 3.0), ("bbb2222", 2.0)]
+
+
+def test_options():
+    args = coldstart.arguments([], compiled=False)
+    triton_parts = [n for n in coldstart.parts.available() if coldstart.parts.uses_triton(n)]
+    assert args.part == triton_parts and 0 not in args.part
+    assert (args.dtype, args.shape, args.causal) == (("fp32", "fp16"), ("small",), (False, True))
+    assert (args.parallel, args.timeout, args.autotune) == (1, coldstart.DEFAULT_TIMEOUT, False)
+    # jobs: every part x dtype x causal, then one four-call scenario per part
+    jobs = coldstart.jobs(args)
+    assert len(jobs) == len(triton_parts) * 2 * 2 + len(triton_parts)
+    assert [j for j in jobs if j["scenario"] == coldstart.FOUR][0] == dict(
+        part=triton_parts[0], scenario=coldstart.FOUR, dtype="fp32", shape="small", causal=""
+    )
+
+    gpu = coldstart.arguments([], compiled=True)
+    assert (gpu.dtype, gpu.shape) == (("fp32", "fp16", "bf16"), ("small", "bench"))
+
+    args = coldstart.arguments(
+        ["--part", "2", "--part", "3", "--dtype", "fp16", "--causal", "1", "--parallel", "4", "--timeout", "30"],
+        compiled=False,
+    )
+    assert (args.part, args.dtype, args.causal, args.parallel, args.timeout) == ([2, 3], ("fp16",), (True,), 4, 30)
+    assert [j["scenario"] for j in coldstart.jobs(args)] == [coldstart.ONE] * 2  # no fp32: no four calls
+    assert coldstart.arguments(["--autotune"], compiled=True).part == list(coldstart.AUTOTUNE_PARTS)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dtype", "bf16"], "bf16 needs a GPU"),
+        (["--shape", "bench"], "--shape bench needs a GPU"),
+        (["--part", "9"], "part 9 does not exist"),
+        (["--parallel", "0"], "--parallel must be 1 or more"),
+        (["--timeout", "0"], "--timeout positive"),
+        (["--dtype", "fp64"], "invalid choice"),
+    ],
+)
+def test_bad_options_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        coldstart.arguments(argv, compiled=False)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_autotune_without_a_gpu_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    if COMPILED:
+        pytest.skip("on a GPU --autotune measures (minutes); here only its refusal elsewhere is tested")
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
+    assert coldstart.main(["--autotune"]) == 0
+    assert "on a GPU" in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
+def test_the_table_is_registered_and_the_columns_match_results():
+    assert report.all_tables(report.part_reports())["cold-start"] is coldstart.table
+    assert coldstart.PROVENANCE == results.PROVENANCE
+    assert set(coldstart.KEY) <= set(coldstart.FIELDS) and "commit" in coldstart.KEY
