@@ -450,17 +450,28 @@ def _seconds(x):
     return "—" if x is None else f"{x:.3g}"
 
 
+def _history_position(commit):
+    """How many commits lead to this one (git rev-list --count), so that an older commit sorts first
+    even when it was measured later; -1 where git cannot say (no repository, an unknown commit)."""
+    try:
+        out = subprocess.run(["git", "rev-list", "--count", str(commit)], cwd=ROOT, capture_output=True, text=True)
+        return int(out.stdout.strip()) if out.returncode == 0 else -1
+    except (OSError, ValueError):
+        return -1
+
+
 def table(gpu_dir):
     """cold_start.csv as a README table: one line per part, dtype, causal flag and shape with the
     first forward, first backward and second call; the four-call scenario below it. Where the file
-    holds more than one commit, the last two (by date) side by side: before, then after."""
+    holds more than one commit, the last two side by side: before, then after (in the repository's
+    history where git can say, otherwise by the date of their rows)."""
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = read_csv(gpu_dir / FILENAME)
     first_date = {}
     for r in rows:
         first_date[r["commit"]] = min(first_date.get(r["commit"], r["date"]), r["date"])
-    commits = sorted(first_date, key=first_date.get)[-2:]
+    commits = sorted(first_date, key=lambda c: (_history_position(c), first_date[c]))[-2:]
     rows = [r for r in rows if r["commit"] in commits]
     by = {(r["commit"], r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"], r["step"]): r for r in rows}
 
@@ -470,7 +481,9 @@ def table(gpu_dir):
             return _seconds(r["seconds"])
         process = by.get((commit, *group, "process"))
         status = (process or {}).get("status") or ""
-        return "timed out" if status.startswith("timeout") else "error" if status.startswith("error") else "—"
+        if status.startswith("timeout"):
+            return f"> {_seconds(process['timeout'])} (killed)" if process.get("timeout") else "timed out"
+        return "error" if status.startswith("error") else "—"
 
     def columns(names):
         return [f"{name}, {c}" if len(commits) > 1 else name for name in names for c in commits]

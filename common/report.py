@@ -159,7 +159,9 @@ def _panel_figure(draw_panel, ylabel, title):
         ax.set_xlabel("N (sequence length)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
+    labelled = next((ax for ax in axes.flat if ax.get_legend_handles_labels()[0]), None)
+    if labelled is not None:  # the first panel with a line (a mode's rows may not fill every panel)
+        labelled.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -768,6 +770,7 @@ def log_path(gpu_dir, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpu", default="h200", help="the results/<gpu>/ folder to read (default: h200)")
+    ap.add_argument("--readme", action="append", help="fill only this README (repeatable); default: every README")
     args = ap.parse_args(argv)
     gpu_dir = results.results_dir(args.gpu)
     if not gpu_dir.is_dir():
@@ -782,7 +785,8 @@ def main(argv=None):
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    texts = {path: path.read_text() for path in readmes()}
+    chosen = None if not args.readme else {(ROOT / r).resolve() for r in args.readme}
+    texts = {path: path.read_text() for path in readmes() if chosen is None or path.resolve() in chosen}
     unknown = [f"{results.shown(p)}: {m[1]}" for p, t in texts.items() for m in MARKER.findall(t) if m[1] not in tables]
     if unknown:
         print(f"no table for the README marker(s) {'; '.join(unknown)}", file=sys.stderr)
