@@ -83,6 +83,11 @@ lint: $(ENV)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
+# Float32: the small tiles against the 16-bit ones (what float32 calls compiled before they had their own)
+FP32_FORWARD = 32x64w4s2 64x32w4s2 64x64w8s2 32x32w4s2 128x128w4s3 128x64w4s4 256x64w8s3 128x64w4s2
+FP32_DKDV = 32x64w4s2 32x32w4s2 16x32w4s2 64x64w8s2 64x64w4s2 32x128w4s3
+FP32_DQ = 32x16w4s1 32x32w4s2 64x32w8s2 128x64w8s3 128x32w4s3 64x64w4s2
+
 results: $(ENV)
 	$(PYTHON) -m pytest
 	$(PYTHON) -m part2_tile_tuning.sweep
@@ -91,6 +96,10 @@ results: $(ENV)
 	$(PYTHON) -m part4_backward.sweep --kernel dq
 	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd --flex
 	$(PYTHON) -m common.coldstart --autotune
+	$(PYTHON) -m common.coldstart --parallel 8
+	$(PYTHON) -m part3_inner_loop.sweep --dtype fp32 --configs $(FP32_FORWARD)
+	$(PYTHON) -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs $(FP32_DKDV)
+	$(PYTHON) -m part4_backward.sweep --kernel dq --dtype fp32 --configs $(FP32_DQ)
 	$(PYTHON) -m part3_inner_loop.ablation
 	$(PYTHON) -m part3_inner_loop.p_cast
 	$(PYTHON) -m part3_inner_loop.launch_order
@@ -105,6 +114,7 @@ results: $(ENV)
 	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.compiled
 	$(PYTHON) -m part5_profiling.tools.gluon_study
 	$(PYTHON) -m part5_profiling.tools.gluon_study --backward
+	$(PYTHON) -m part5_profiling.tools.train_step
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

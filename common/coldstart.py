@@ -542,5 +542,65 @@ def table(gpu_dir):
     return "\n".join(out)
 
 
+def summary(gpu_dir):
+    """cold_start.csv in one small table: per part, the first forward + first backward at the small
+    shape in each dtype (the slower of causal and not), and the four-call run, at the newest commit
+    (the full table, every commit measured, is `table`)."""
+    from common.results import markdown_table, provenance_line, read_csv
+
+    rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
+    newest = max(
+        {r["commit"] for r in rows},
+        key=lambda c: (_history_position(c), min(r["date"] for r in rows if r["commit"] == c)),
+    )
+    rows = [r for r in rows if r["commit"] == newest]
+
+    def seconds(part, dtype, causal, step):
+        found = [r for r in rows if (r["part"], r["dtype"], r["causal"], r["step"]) == (part, dtype, causal, step)]
+        return found[0]["seconds"] if found else None
+
+    def first_call(part, dtype):
+        """The slower causal flag's first forward + first backward; a killed process: '> its timeout'."""
+        totals = []
+        for causal in (0, 1):
+            f, b = (seconds(part, dtype, causal, s) for s in ("first forward", "first backward"))
+            if f is not None and b is not None:
+                totals.append(f"{f + b:.3g}")
+            process = [
+                r for r in rows if (r["part"], r["dtype"], r["causal"], r["step"]) == (part, dtype, causal, "process")
+            ]
+            if process and str(process[0]["status"]).startswith("timeout"):
+                return f"> {_seconds(process[0]['timeout'])}"
+        return max(totals, key=float) if totals else "—"
+
+    def four(part):
+        value = seconds(part, "fp32", None, "four calls")
+        return "—" if value is None else _seconds(value)
+
+    part_numbers = sorted({r["part"] for r in rows})
+    header = ["part", *(f"{d}, first forward + backward" for d in DTYPES), "fp32, four calls"]
+    body = [[n, *(first_call(n, d) for d in DTYPES), four(n)] for n in part_numbers]
+    lead, n, d = SHAPES["small"]
+    caption = (
+        f"Seconds in a fresh process with an empty Triton cache, inputs of shape {(*lead, n, d)} (N = {n}, D = {d}): "
+        "the first forward and the first backward of one shape class (the slower of causal and not), and a "
+        "float32 run of four calls (forward and backward, non-causal then causal)"
+    )
+    at_once = max((r["parallel"] for r in rows if r["parallel"] is not None), default=None)
+    if at_once and at_once > 1:
+        caption += (
+            f". Up to {at_once} such processes ran at once (the CSV's parallel column), sharing the CPU that compiles"
+        )
+    return "\n".join(
+        [
+            provenance_line(rows, "make coldstart && make report"),
+            "",
+            caption + ":",
+            "",
+            markdown_table(header, body, "l" + "r" * (len(header) - 1)),
+        ]
+    )
+
+
 if __name__ == "__main__":
     sys.exit(main())

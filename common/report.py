@@ -85,7 +85,8 @@ def tflops(x):
 def percent(a, b):
     if not a or not b:
         return "—"
-    return "<1%" if 100 * a / b < 1 else f"{100 * a / b:.0f}%"
+    share = 100 * a / b
+    return f"{share:.1g}%" if share < 1 else f"{share:.0f}%"  # below 1%: one significant figure
 
 
 def yes_no(causal):
@@ -288,12 +289,13 @@ def table_progression(gpu_dir):
         impl, ns = e["impl"], {x[1] for x in (e["fwd"], e["fwd+bwd"]) if x is not None and x[1] != n}
         at = ", ".join(map(str, sorted(ns)))
         shorter += [f"{impl_label(impl)} was timed only up to N = {at}: its row is at N = {at}"] if ns else []
-        cells = [impl_label(impl) + (f" (N = {at})" if ns else "")]
+        number = _part_number(impl)
+        name = impl_label(impl) if number is None else f"[{impl_label(impl)}]({parts.folder(number).name}/README.md)"
+        cells = [name + (f" (N = {at})" if ns else "")]
         for mode, what in PROGRESSION_MODES.items():
             x = e[mode]
             cells += ["—", "—"] if x is None else [tflops(x[0]), percent(x[0], x[2])]
             missing += [f"{impl_label(impl)} {what}"] if x is None else []
-        number = _part_number(impl)
         if number is None:
             cells.append("cuDNN's")
         elif number in pytorch:
@@ -328,8 +330,8 @@ def table_progression(gpu_dir):
 
 
 def progression_figure(rows):
-    """The progression as bars: per part, forward and forward + backward side by side (hatched where
-    the backward is the tiled PyTorch loop), SDPA cuDNN last and as a dashed line across; values on the bars."""
+    """The progression as bars: per part, forward and forward + backward side by side (hatched, and
+    labelled so, where the backward is the tiled PyTorch loop), SDPA cuDNN last and as a dashed line across; values on the bars."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -362,7 +364,6 @@ def progression_figure(rows):
     ax.set_ylabel("TFLOP/s (do_bench)")
     ax.margins(y=0.15)
     handles = [Patch(color=colours[mode], label=what) for mode, what in PROGRESSION_MODES.items()]
-    handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="backward: the tiled PyTorch loop"))
     handles += [
         Line2D([], [], color=base_colours[mode], ls="--", lw=0.8, label=f"SDPA cuDNN, {what}")
         for mode, what in PROGRESSION_MODES.items()
@@ -413,6 +414,39 @@ def table_part(gpu_dir, part):
             "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if show_cfg else "") + ":",
             "",
             markdown_table(["D", "causal", "N", *cols], body, align),
+        ]
+    )
+
+
+SUMMARY_MODES = {"fwd": "forward", "fwd+bwd": "forward + backward"}
+
+
+def table_summary(gpu_dir, part, n, modes):
+    """A part's number in four rows (D x causal) at one N: for each mode in `modes`, the part before,
+    the part and SDPA cuDNN in TFLOP/s, and the part's share of cuDNN's."""
+    rows = read_csv(gpu_dir / "bench.csv")
+    me, prev = f"part{part}", f"part{part - 1}"
+    header, body = ["D", "causal"], [[d, yes_no(c)] for d, c in PANELS]
+    for mode in modes:
+        idx = tflops_index(rows, mode=mode)
+        what = SUMMARY_MODES[mode]
+        before = [idx.get((prev, d, c, n)) for d, c in PANELS]
+        shown = any(x is not None for x in before)  # part 0 was never timed this long: no column for it
+        header += [f"{what}: part {part - 1}"] * shown + [f"**part {part}**", "cuDNN", f"part {part} / cuDNN"]
+        header[len(header) - 3] = header[len(header) - 3] if shown else f"{what}: **part {part}**"
+        for cells, x, (d, c) in zip(body, before, PANELS):
+            mine, cu = idx.get((me, d, c, n)), idx.get(("sdpa_cudnn", d, c, n))
+            cells += [tflops(x)] * shown + [f"**{tflops(mine)}**", tflops(cu), percent(mine, cu)]
+    used = [r for r in rows if r["impl"] in (me, prev, "sdpa_cudnn") and r["mode"] in modes and r["N"] == n]
+    return "\n".join(
+        [
+            provenance_line(used, f"make bench PART={part} && make report"),
+            "",
+            f"TFLOP/s by do_bench at N = {n}, B=4, H=8, bf16"
+            + (" (the backward counts 2.5 times the forward's FLOPs)" if "fwd+bwd" in modes else "")
+            + ":",
+            "",
+            markdown_table(header, body, "ll" + "r" * (len(header) - 2)),
         ]
     )
 
@@ -506,12 +540,25 @@ class CodeError(ValueError):
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
+def _level(body):
+    """The statements of one level of a body, with those of module-level `if`/`try` blocks (a kernel
+    defined under `if HAVE_GLUON:`) counted as the level's own."""
+    for node in body:
+        if isinstance(node, ast.If):
+            yield from _level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            yield from _level(node.body + node.orelse + node.finalbody)
+        else:
+            yield node
+
+
 def find_def(tree, name):
-    """The def or class `name` in a parsed file; "Outer.inner" for one defined inside another.
+    """The def or class `name` in a parsed file; "Outer.inner" for one defined inside another. A def
+    inside an `if` or `try` block at a level (a kernel under `if HAVE_GLUON:`) counts at that level.
     CodeError if it is not there, or defined twice at the same level."""
     node, body = None, tree.body
     for i, part in enumerate(name.split(".")):
-        found = [n for n in body if isinstance(n, DEFS) and n.name == part]
+        found = [n for n in _level(body) if isinstance(n, DEFS) and n.name == part]
         where = f"in {'.'.join(name.split('.')[:i])}" if i else "at its top level"
         if not found:
             raise CodeError(f"no function or class {part} {where}")
@@ -659,12 +706,17 @@ def part_reports():
 def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice."""
-    tables = {"overview": table_overview, "cold-start": coldstart.table}
+    tables = {"overview": table_overview, "cold-start": coldstart.table, "cold-start-summary": coldstart.summary}
     tables["progression"] = table_progression
     for n in parts.folders():
         tables[f"part{n}"] = functools.partial(table_part, part=n)
         tables[f"part{n}-graph"] = functools.partial(table_graph, part=n)
         tables[f"part{n}-causal"] = functools.partial(table_causal_time, part=n)
+    for n in parts.folders():
+        if n >= 1:
+            tables[f"part{n}-summary"] = functools.partial(table_summary, part=n, n=16384, modes=("fwd", "fwd+bwd"))
+            tables[f"part{n}-fwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd",))
+            tables[f"part{n}-fwdbwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd+bwd",))
     owner = dict.fromkeys(tables, __name__)
     for module in reports:
         for name, table in module.TABLES.items():

@@ -147,7 +147,12 @@ def provenance_line(rows, command):
     def each(column, chars=None):
         return ", ".join(sorted({str(r[column])[:chars] for r in rows if r.get(column)}))
 
+    def commits():  # a full 40-digit hash shortened to 7, like git's short form
+        return ", ".join(
+            sorted({re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}\b", r"\1", str(r["commit"])) for r in rows if r.get("commit")})
+        )
+
     return (
-        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
+        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {commits()}; "
         f"{each('date', 10)}. Regenerate: `{command}`._"
     )

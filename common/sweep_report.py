@@ -189,7 +189,7 @@ def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
     )
 
 
-def table_sweep_corners(gpu_dir, name):
+def table_sweep_corners(gpu_dir, name, module):
     """The best configuration for a few tile shapes, the seed's 16x16 among them."""
     rows = sweep_rows(gpu_dir, name)
     best = best_cells(rows)
@@ -203,6 +203,8 @@ def table_sweep_corners(gpu_dir, name):
     header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in columns)]
     return "\n".join(
         [
+            provenance_line(rows, f"python -m {module} && make report"),
+            "",
             f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):",
             "",
             markdown_table(header, body, "lrrrr"),
@@ -210,7 +212,7 @@ def table_sweep_corners(gpu_dir, name):
     )
 
 
-def table_sweep_stages(gpu_dir, name):
+def table_sweep_stages(gpu_dir, name, module):
     """Pipeline depth for the winning tiles: TFLOP/s, compiled shared memory and programs per SM for
     each num_stages, at the winner's tile and warps. A group whose winner has the same tile and warps
     as an earlier group's at the same D (D=64 causal and not, on the H200) adds no row."""
@@ -236,6 +238,8 @@ def table_sweep_stages(gpu_dir, name):
     header = ["D", "causal", "tile, warps", *(f"{s} stage{'s' if s > 1 else ''}" for s in stages)]
     return "\n".join(
         [
+            provenance_line(rows, f"python -m {module} && make report"),
+            "",
             f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:",
             "",
             markdown_table(header, body, "lll" + "r" * len(stages)),

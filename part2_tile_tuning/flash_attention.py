@@ -26,8 +26,8 @@ TUNED = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.4-3.4
-# TFLOP/s, and ptxas takes up to a minute to compile each. The float32 sweep (results/h200/
+# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.3-3.4
+# TFLOP/s, and ptxas takes up to 70 s to compile each. The float32 sweep (results/h200/
 # part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
 # loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
 # an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.

@@ -79,10 +79,15 @@ def table_autotune(gpu_dir):
 TABLES = {
     "part2-budget": table_budget,
     "part2-smem-check": functools.partial(sweep_report.table_smem_check, name="part2"),
-    "part2-sweep-corners": functools.partial(sweep_report.table_sweep_corners, name="part2"),
+    "part2-sweep-corners": functools.partial(
+        sweep_report.table_sweep_corners, name="part2", module="part2_tile_tuning.sweep"
+    ),
     "part2-sweep": functools.partial(sweep_report.table_sweep, name="part2", module="part2_tile_tuning.sweep"),
-    "part2-stages": functools.partial(sweep_report.table_sweep_stages, name="part2"),
+    "part2-stages": functools.partial(sweep_report.table_sweep_stages, name="part2", module="part2_tile_tuning.sweep"),
     "part2-autotune": table_autotune,
+    "part2-fp32-sweep": functools.partial(
+        sweep_report.table_sweep, name="part3_fp32", module="part3_inner_loop.sweep --dtype fp32 --configs ..."
+    ),
 }
 
 LOG = [  # (heading, what it measured, table): results/<gpu>/part2_log.md, in this order (common/report.py)
@@ -118,5 +123,17 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part2_log.md, in th
         "What autotuning costs",
         "The first call of a new shape class with an empty and a warm compile cache, against a steady-state call.",
         "part2-autotune",
+    ),
+    (
+        "What the first call costs, every part",
+        "The first forward, first backward and second call of every Triton part in a fresh process with an empty "
+        "Triton cache, per dtype, causal flag and shape, before and after float32 got tiles of its own.",
+        "cold-start",
+    ),
+    (
+        "Float32: the fastest tiles",
+        "Part 3's forward in float32 (IEEE products), the 16-bit tiles and small ones swept together: the three "
+        "fastest of each group (every row, with its compile seconds, is in results/h200/part3_fp32_sweep.csv).",
+        "part2-fp32-sweep",
     ),
 ]

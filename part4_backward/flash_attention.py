@@ -30,8 +30,8 @@ TUNED = [
     triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.4-3.4
-# TFLOP/s, and ptxas takes up to a minute to compile each. The float32 sweep (results/h200/
+# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.3-3.4
+# TFLOP/s, and ptxas takes up to 70 s to compile each. The float32 sweep (results/h200/
 # part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
 # loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
 # an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.
@@ -289,8 +289,11 @@ BWD_DQ = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 32}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32, as in the forward (FLOAT32): small tiles, one per head dim, from the float32 sweeps
-# (results/h200/part4_dkdv_fp32_sweep.csv and part4_dq_fp32_sweep.csv, `--dtype fp32`).
+# Float32, as in the forward (FLOAT32): small tiles, one per head dim. dQ's from its float32 sweep
+# (results/h200/part4_dq_fp32_sweep.csv, `python -m part4_backward.sweep --kernel dq --dtype fp32
+# --configs ...`: the 16-bit tiles at 1.4-1.8 TFLOP/s at D = 64, 32x16 w4 s1 at 5); dK/dV's, at D = 64,
+# the fastest of a float32 sweep cut short (its rows were not kept), at D = 128 a smaller tile that
+# fits an Ada GPU's 99 KB: a full float32 sweep of the dK/dV kernel is still to run.
 BWD_DKDV_FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),
     128: triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),

@@ -101,9 +101,12 @@ def test_a_process_past_its_timeout_is_killed_and_recorded(tmp_path):
         ("process", ran.status),
     ]
     assert float(rows[-1]["seconds"]) == pytest.approx(ran.seconds, rel=1e-5)
-    # In the table, the steps it never reached say so.
-    meta = dict(META, gpu="NVIDIA H200", commit="aaa1111", date="2026-01-01T00:00:00Z", device="cuda")
+    # In the table, the steps it never reached say so, with the limit the run was given.
+    meta = dict(META, gpu="NVIDIA H200", commit="aaa1111", date="2026-01-01T00:00:00Z", device="cuda", timeout=2)
     results.write_csv(tmp_path / coldstart.FILENAME, [{**meta, **r} for r in rows], coldstart.FIELDS)
+    killed = "> 2 (killed)"
+    assert f"| 3 | fp32 | yes | (4, 128, 64) | {killed} | {killed} | {killed} |" in coldstart.table(tmp_path)
+    results.write_csv(tmp_path / coldstart.FILENAME, [{**meta, **r, "timeout": ""} for r in rows], coldstart.FIELDS)
     assert "| 3 | fp32 | yes | (4, 128, 64) | timed out | timed out | timed out |" in coldstart.table(tmp_path)
 
 
@@ -160,6 +163,31 @@ def test_the_table_shows_two_commits_side_by_side(tmp_path):
     assert "Before and after: commit bef0001, then aft0002." in table
     assert "interpreter" not in table  # on a GPU
     assert "commit aft0002, bef0001" in table.splitlines()[0]  # the provenance line names both
+
+
+def test_the_summary_shows_the_newest_commit_per_part_and_dtype(tmp_path):
+    _synthetic(tmp_path)
+    summary = coldstart.summary(tmp_path)
+    lines = [line for line in summary.splitlines() if line.startswith("|")]
+    assert lines[0] == (
+        "| part | fp32, first forward + backward | fp16, first forward + backward | bf16, first forward + backward "
+        "| fp32, four calls |"
+    )
+    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; bf16 never ran.
+    assert lines[2:] == ["| 1 | 5.75 | 5.75 | — | 20 |", "| 2 | 7 | 7 | — | 40 |"]
+    assert "commit aft0002;" in summary and "ran at once" not in summary  # one process at a time
+    assert report.all_tables(report.part_reports())["cold-start-summary"] is coldstart.summary
+
+
+def test_the_summary_says_when_a_process_was_killed(tmp_path):
+    path = _synthetic(tmp_path)
+    rows = [r for r in results.read_csv(path) if r["commit"] == "aft0002"]
+    for r in rows:
+        if (r["part"], r["dtype"], r["causal"]) == (2, "fp32", 1):
+            r.update(timeout=45, status="timeout: killed after 45 s (limit 45 s)" if r["step"] == "process" else "ok")
+    rows = [r for r in rows if not ((r["part"], r["dtype"], r["causal"]) == (2, "fp32", 1) and "first" in r["step"])]
+    results.write_csv(path, rows, coldstart.FIELDS)
+    assert "| 2 | > 45 | 7 | — | 40 |" in coldstart.summary(tmp_path)
 
 
 def test_one_commit_has_one_column_per_step_and_a_cpu_says_interpreter(tmp_path):

@@ -499,11 +499,13 @@ def test_part5_tables(tmp_path):
         gluon_study.BWD_FIELDS,
     )
     table = report.table_gluon_bwd(tmp_path)  # part 4, part 5's kernel, the orders, then the rest in the CSV's order
+    # A column whose switch the kernel no longer has is marked, and the caption says since when.
     assert (
-        "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) |"
+        "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) † |"
         in table
     )
     assert "| 128 | no | 4096 | 400 (1.00x) | 420 (1.05x) | 380 (0.95x) | 500 (1.25x) | 560 (1.40x) |" in table
+    assert "†: measured at commit abc1234 with a switch since removed" in table
 
 
 def test_ncu_rows_from_a_run(monkeypatch):

@@ -167,20 +167,10 @@ def test_top_readme_needs_the_progression_block_and_its_budget(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ the READMEs
-REWRITING = pytest.mark.xfail(strict=False, reason="the READMEs are being rewritten")
-
-
-@REWRITING
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5])
 def test_part_readme_is_a_lesson(n):
     assert part_problems(parts.folder(n) / "README.md", n) == []
 
 
-@REWRITING
 def test_top_readme_carries_the_progression():
     assert top_problems(ROOT / "README.md") == []
-
-
-def test_the_top_readme_has_the_progression_block():
-    """Not waiting for the rewrite: the block is there now."""
-    assert "no <!-- results:progression --> block" not in top_problems(ROOT / "README.md")

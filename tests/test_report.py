@@ -251,7 +251,11 @@ def test_stages_table_follows_each_groups_winner(part, tmp_path):
         max_threads_per_multi_processor=2048,
     )
     (tmp_path / "part2_device.json").write_text(json.dumps(device))
-    lines = [line for line in rep.table_sweep_stages(tmp_path, "part2").splitlines() if re.match(r"\| \d", line)]
+    lines = [
+        line
+        for line in rep.table_sweep_stages(tmp_path, "part2", "part2_tile_tuning.sweep").splitlines()
+        if re.match(r"\| \d", line)
+    ]
     # The largest tile that fits wins. D=64: 256 x 128 with 8 warps: 256*(64+128)/256 = 192 registers;
     # Q takes 256*64*2 = 32 KB, K and V 2*128*64*2 = 32 KB a stage, so even 5 stages (192 KB) fit.
     # The causal group's winner is the same tile and warps, so it adds no row. D=128: 256 x 128 needs
@@ -331,6 +335,14 @@ def test_provenance_line_names_every_commit_and_day():
     assert line == "_G; torch 2; Triton 3; commit a, b; 2026-11-30, 2026-12-01. Regenerate: `make report`._"
 
 
+def test_provenance_line_shortens_a_full_hash_only():
+    from common import results
+
+    full = "11eddd900b98851b55d8f2179e50fdb3811d5f78"
+    rows = [dict(gpu="G", torch="2", triton="3", commit=c, date="2026-12-01") for c in (full, "9344cce-dirty")]
+    assert "commit 11eddd9, 9344cce-dirty;" in results.provenance_line(rows, "make report")
+
+
 # ------------------------------------------------------------------------------------ code in the READMEs
 SOURCE = '''"""A module."""
 
@@ -399,6 +411,18 @@ def test_code_excerpt_is_the_function_as_in_its_file_without_its_docstring(tmp_p
     )
     _source(tmp_path, 'def f():\n    """Only this."""\n')
     assert report.code_excerpt("pkg/mod.py:f", tmp_path) == 'def f():\n    """Only this."""'
+
+
+def test_code_excerpt_finds_a_def_under_a_module_level_if(tmp_path):
+    """A kernel defined inside `if HAVE_GLUON:` (or a try block) counts as top level; a name defined
+    in both branches is two definitions, which is an error, not a guess."""
+    _source(
+        tmp_path, "try:\n    import x\nexcept ImportError:\n    x = None\nif x:\n\n    def k(a):\n        return a\n"
+    )
+    assert report.code_excerpt("pkg/mod.py:k", tmp_path) == "def k(a):\n    return a"
+    _source(tmp_path, "if X:\n    def k():\n        return 1\nelse:\n    def k():\n        return 2\n")
+    with pytest.raises(report.CodeError, match="k is defined 2 times"):
+        report.code_excerpt("pkg/mod.py:k", tmp_path)
 
 
 def test_code_excerpt_of_a_part_runs_from_anchor_to_anchor_and_takes_whole_statements(tmp_path):
@@ -534,13 +558,13 @@ def test_progression_table_has_one_row_per_part_at_one_shape(tmp_path):
     loop, own = "the tiled PyTorch loop (`common/backward.py`)", "its own kernels"
     body = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header and its rule
     assert body == [
-        # part 0 at its longest N, beside cuDNN's there (0.1 / 400 and 0.08 / 200 are under 1%).
-        f"| part 0 (N = 2048) | 0.1 | <1% | 0.08 | <1% | {loop} |",
-        f"| part 1 | 50 | 10% | 0.4 | <1% | {loop} |",
-        f"| part 2 | 250 | 50% | — | — | {loop} |",
-        f"| part 3 | — | — | — | — | {loop} |",
-        f"| part 4 | 450 | 90% | 360 | 90% | {own} |",
-        f"| part 5 | 525 | 105% | 380 | 95% | {own} |",
+        # part 0 at its longest N, beside cuDNN's there; under 1%, one significant figure (0.1 / 400 = 0.025%).
+        f"| [part 0](part0_pytorch_reference/README.md) (N = 2048) | 0.1 | 0.03% | 0.08 | 0.04% | {loop} |",
+        f"| [part 1](part1_triton_baseline/README.md) | 50 | 10% | 0.4 | 0.1% | {loop} |",
+        f"| [part 2](part2_tile_tuning/README.md) | 250 | 50% | — | — | {loop} |",
+        f"| [part 3](part3_inner_loop/README.md) | — | — | — | — | {loop} |",
+        f"| [part 4](part4_backward/README.md) | 450 | 90% | 360 | 90% | {own} |",
+        f"| [part 5](part5_profiling/README.md) | 525 | 105% | 380 | 95% | {own} |",
         "| SDPA cuDNN | 500 | 100% | 400 | 100% | cuDNN's |",
     ]
     assert "Part 0 was timed only up to N = 2048: its row is at N = 2048" in table
@@ -548,6 +572,33 @@ def test_progression_table_has_one_row_per_part_at_one_shape(tmp_path):
         "—: not in bench.csv at this shape (part 2 forward + backward, part 3 forward, part 3 forward + backward)"
         in table
     )
+
+
+def test_summary_table_puts_a_part_beside_the_one_before_and_cudnn(tmp_path):
+    _progression_csv(tmp_path)
+    table = report.table_summary(tmp_path, part=5, n=4096, modes=("fwd", "fwd+bwd"))
+    header, _, *body = [line for line in table.splitlines() if line.startswith("|")]
+    assert header == (
+        "| D | causal | forward: part 4 | **part 5** | cuDNN | part 5 / cuDNN "
+        "| forward + backward: part 4 | **part 5** | cuDNN | part 5 / cuDNN |"
+    )
+    assert body[3] == "| 128 | yes | 450 | **525** | 500 | 105% | 360 | **380** | 400 | 95% |"
+    assert body[2] == "| 128 | no | — | **—** | — | — | — | **—** | — | — |"  # not timed: said, not dropped
+    assert body[1].startswith("| 64 | yes | 3.0 | **—** |")  # part 4's D = 64 row, part 5 not timed there
+
+
+def test_summary_table_drops_the_part_before_where_it_was_never_timed_that_long(tmp_path):
+    _progression_csv(tmp_path)
+    table = report.table_summary(tmp_path, part=1, n=4096, modes=("fwd",))
+    header, _, *body = [line for line in table.splitlines() if line.startswith("|")]
+    assert header == "| D | causal | forward: **part 1** | cuDNN | part 1 / cuDNN |"  # part 0 stops at N = 2048
+    assert body[3] == "| 128 | yes | **50** | 500 | 10% |"
+    assert "backward counts" not in table  # the forward alone
+
+
+def test_a_share_under_one_percent_keeps_one_significant_figure():
+    assert [report.percent(a, 100) for a in (0.013, 0.5, 0.99, 1, 42.4)] == ["0.01%", "0.5%", "1%", "1%", "42%"]
+    assert report.percent(None, 100) == report.percent(1, 0) == "—"
 
 
 def test_progression_chart_draws_the_same_numbers(tmp_path):
@@ -564,7 +615,7 @@ def test_progression_chart_draws_the_same_numbers(tmp_path):
 
 def test_progression_from_an_empty_csv_is_dashes(tmp_path):
     results.write_csv(tmp_path / "bench.csv", [], bench.FIELDS)
-    assert "| part 1 | — | — | — | — |" in report.table_progression(tmp_path)
+    assert "| [part 1](part1_triton_baseline/README.md) | — | — | — | — |" in report.table_progression(tmp_path)
 
 
 # ------------------------------------------------------------------------------------ cross-part plots
@@ -595,7 +646,7 @@ def test_report_draws_the_progression_and_both_modes_and_is_idempotent(tmp_path,
     folder = tmp_path / "results" / "fake"
     _progression_csv(folder)
     assert report.main(["--gpu", "fake"]) == 0
-    assert "| part 4 | 450 | 90% | 360 | 90% | its own kernels |" in readme.read_text()
+    assert "| [part 4](part4_backward/README.md) | 450 | 90% | 360 | 90% | its own kernels |" in readme.read_text()
     for name in ("bench_tflops.png", "bench_fwd_bwd.png", "bench_vs_sdpa.png", "progression.png"):
         assert (folder / name).exists()
     first = {p.name: p.read_bytes() for p in folder.iterdir()}

@@ -203,22 +203,35 @@ def table_gluon(gpu_dir):
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
 
+# Columns of part5_gluon_bwd.csv measured with switches the Gluon backward no longer has: the study
+# cannot write them again, so their header says so.
+REMOVED_SWITCHES = ("Gluon, sequence-major, staggered", "Gluon, dQ not added (ablation)", "Gluon, no dQ (ablation)")
+
+
 def table_gluon_bwd(gpu_dir):
     rows = read_csv(gpu_dir / "part5_gluon_bwd.csv")
+    gone = sorted({r["commit"] for r in rows if r["candidate"] in REMOVED_SWITCHES})
+    rows = [dict(r, candidate=r["candidate"] + " †") if r["candidate"] in REMOVED_SWITCHES else r for r in rows]
     caption = (
         "Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
         "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
         'something else on purpose: they say what dQ\'s product and its TMA add cost. "Gluon, one pass" is '
         "part 5's kernel with its programs in part 5's order (sequence-major without a mask; causal, sequence-minor "
         "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
-        "does not take for that call:"
+        "does not take for that call"
     )
+    if gone:
+        caption += (
+            f". †: measured at commit {', '.join(gone)} with a switch since removed from `gluon_backward.py`; "
+            "the command below rewrites the other columns only"
+        )
+    caption += ":"
     first = [
         "part 4",
         "Gluon, one pass",
         "Gluon, sequence-minor",
         "Gluon, sequence-major",
-        "Gluon, sequence-major, staggered",
+        "Gluon, sequence-major, staggered †",
         "Gluon, grouped",
     ]
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study --backward", caption, first)
