@@ -44,9 +44,11 @@ def shown(path):
 
 
 def commit():
-    """The short commit of the checkout ($GIT_COMMIT wins: a copy without .git can still say)."""
-    if os.environ.get("GIT_COMMIT"):
-        return os.environ["GIT_COMMIT"]
+    """The short commit of the checkout ($GIT_COMMIT wins: a copy without .git can still say; a full
+    hash there is shortened as git's --short would, so every row names its commit the same way)."""
+    given = os.environ.get("GIT_COMMIT")
+    if given:
+        return given[:7] if re.fullmatch(r"[0-9a-f]{40}", given) else given
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         return out.stdout.strip() or "unknown"
@@ -147,12 +149,7 @@ def provenance_line(rows, command):
     def each(column, chars=None):
         return ", ".join(sorted({str(r[column])[:chars] for r in rows if r.get(column)}))
 
-    def commits():  # a full 40-digit hash shortened to 7, like git's short form
-        return ", ".join(
-            sorted({re.sub(r"^([0-9a-f]{7})[0-9a-f]{33}\b", r"\1", str(r["commit"])) for r in rows if r.get("commit")})
-        )
-
     return (
-        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {commits()}; "
+        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
         f"{each('date', 10)}. Regenerate: `{command}`._"
     )

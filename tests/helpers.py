@@ -22,6 +22,28 @@ def skip_unsupported(part, dtype):
         pytest.skip("bf16 tl.dot is not supported by the Triton interpreter (triton-lang/triton#11584); runs on GPU")
 
 
+# The provenance columns of a synthetic results row; tables print them in their provenance line.
+META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="x")
+
+
+def study_row(**fields):
+    """A synthetic row of a study's CSV: the benchmark's B=4, H=8 and bf16 with META, then `fields`."""
+    return dict(B=4, H=8, dtype="bf16", **META) | fields
+
+
+# A Llama small enough for the CPU: two layers, hidden 64 = 4 query heads of D = 16 sharing 2
+# key/value heads (grouped-query attention).
+TINY_LLAMA = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
+
+
 def assert_report_ok(report, context):
     assert report.ok, f"{context}: {report}"
 

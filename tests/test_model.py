@@ -11,20 +11,11 @@ import torch
 
 from common import ROOT, hf, library, parts
 from common.check import check_outputs
-from tests.helpers import DEVICE, needs_gpu
+from tests.helpers import DEVICE, TINY_LLAMA, needs_gpu
 
 pytestmark = pytest.mark.skipif(not hf.available(), reason="needs transformers (pip install -e '.[model]')")
 
-# Two layers, hidden 64 = 4 query heads of D = 16 sharing 2 key/value heads (grouped-query attention).
-TINY = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
+TINY = TINY_LLAMA
 # On the GPU: D = 64 (the size part 5's Gluon kernels take), a length that is no multiple of any tile.
 SMALL = dict(TINY, vocab_size=512, hidden_size=256, intermediate_size=512, max_position_embeddings=512)
 B, N, N_GPU = 2, 24, 300

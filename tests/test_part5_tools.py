@@ -11,9 +11,7 @@ from common.check import check_outputs
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
 from common.results import write_csv
-from tests.helpers import DEVICE, assert_report_ok
-
-META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="x")
+from tests.helpers import DEVICE, META, assert_report_ok, study_row
 
 NCU_CSV = """==PROF== Connected to process 123
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes_read.sum","gpu__time_duration.sum","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
@@ -320,20 +318,16 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_stages.csv",
         [
-            dict(
+            study_row(
                 variant=v,
-                B=4,
-                H=8,
                 N=4096,
                 D=128,
-                dtype="bf16",
                 causal=0,
                 graph_ms=ms,
                 graph_tflops=1.0,
                 delta_us=delta,
                 config="",
                 check="",
-                **META,
             )
             for v, ms, delta in (("original", 0.5, 0.0), ("P V twice", 0.6, 100.0))
         ],
@@ -344,40 +338,28 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_candidates.csv",
         [
-            dict(
+            study_row(
                 candidate="one warp-specialized loop",
-                B=4,
-                H=8,
                 N=4096,
                 D=64,
-                dtype="bf16",
                 causal=0,
                 check="FAIL O inf<=1.9e-02 FAIL  L 1.0e-06<=3.7e-05 ok  dQ 2.0<=0.1 FAIL",
-                **META,
             ),
-            dict(
+            study_row(
                 candidate="part 4",
-                B=4,
-                H=8,
                 N=4096,
                 D=64,
-                dtype="bf16",
                 causal=0,
                 graph_tflops=400.0,
                 speedup=1.0,
                 check="ok",
-                **META,
             ),
-            dict(
+            study_row(
                 candidate="warp-specialized key loop",
-                B=4,
-                H=8,
                 N=4096,
                 D=64,
-                dtype="bf16",
                 causal=0,
                 check="error: X",
-                **META,
             ),
         ],
         candidates.FIELDS,
@@ -418,19 +400,15 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_bwd_candidates.csv",
         [
-            dict(
+            study_row(
                 candidate=name,
-                B=4,
-                H=8,
                 N=4096,
                 D=128,
-                dtype="bf16",
                 causal=1,
                 graph_tflops=t,
                 speedup=x,
                 repeatable=r,
                 check="ok",
-                **META,
             )
             for name, t, x, r in (("dQ by TMA reduce-add", 300.0, 0.75, 0), ("part 4", 400.0, 1.0, 1))
         ],
@@ -447,18 +425,14 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_gluon.csv",
         [
-            dict(
+            study_row(
                 variant=name,
-                B=4,
-                H=8,
                 N=8192,
                 D=64,
-                dtype="bf16",
                 causal=1,
                 graph_tflops=t,
                 vs_cudnn=x,
                 check="ok",
-                **META,
             )
             for name, t, x in (
                 ("part 4", 400.0, 0.9),
@@ -475,18 +449,14 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_gluon_bwd.csv",
         [
-            dict(
+            study_row(
                 candidate=name,
-                B=4,
-                H=8,
                 N=4096,
                 D=128,
-                dtype="bf16",
                 causal=0,
                 graph_tflops=t,
                 speedup=x,
                 check=c,
-                **META,
             )
             for name, t, x, c in (
                 ("SDPA cuDNN", 500.0, 1.25, "checked by the benchmark"),

@@ -5,8 +5,7 @@ import pytest
 
 from common import results
 from common.results import write_csv
-
-META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="x")
+from tests.helpers import META, study_row
 
 
 def _columns(table):
@@ -25,20 +24,16 @@ def test_part3_tables_and_figures(part, tmp_path):
             for n in (2048, 4096, 16384):
                 tf = 100 + 10 * step + d / 64 + c + n / 4096  # distinct everywhere
                 rows.append(
-                    dict(
+                    study_row(
                         step=step,
                         label=ablation.LABELS[step],
-                        B=4,
-                        H=8,
                         N=n,
                         D=d,
                         causal=c,
-                        dtype="bf16",
                         ms=1.0,
                         tflops=tf,
                         graph_tflops=tf + 1,
                         check="ok",
-                        **META,
                     )
                 )
     write_csv(tmp_path / "part3_ablation.csv", rows, ablation.FIELDS)
@@ -85,20 +80,16 @@ def test_part3_tables_and_figures(part, tmp_path):
 
     orders = list(variants.ORDERS)
     rows = [
-        dict(
+        study_row(
             order=o,
             shipped=int(i == 2),
-            B=4,
-            H=8,
             N=n,
             D=d,
-            dtype="bf16",
             causal=c,
             ms=1.0,
             tflops=200 + i,
             graph_tflops=300 + 10 * i + d / 64 + c,
             check="ok",
-            **META,
         )
         for i, o in enumerate(orders)
         for d, c in ((64, 0), (128, 1))
@@ -117,20 +108,16 @@ def test_part4_tables_and_figures(part, tmp_path):
     rows = []
     for variant, tf, same in (("second pass (default)", 300.0, 1), ("atomics", 330.0, 0)):
         rows.append(
-            dict(
+            study_row(
                 variant=variant,
-                B=4,
-                H=8,
                 N=4096,
                 D=64,
-                dtype="bf16",
                 causal=1,
                 ms=1.0,
                 tflops=tf,
                 bitwise_repeatable=same,
                 max_run_to_run=0.0 if same else 2.4e-4,
                 check="ok",
-                **META,
             )
         )
     write_csv(tmp_path / "part4_dq_atomics.csv", rows, dq_atomics.FIELDS)
@@ -139,16 +126,12 @@ def test_part4_tables_and_figures(part, tmp_path):
     assert "| 64 | yes | 4096 | 300 | 330 | 1.10x | yes | no | 2.4e-04 |" in table
 
     rows = [
-        dict(
+        study_row(
             impl=impl,
-            B=4,
-            H=8,
             N=n,
             D=64,
-            dtype="bf16",
             peak_mib=n * scale if ok else None,
             status="ok" if ok else "out of memory",
-            **META,
         )
         for impl, scale in (("part4", 0.5), ("sdpa_math", 0.01))
         for n in (1024, 4096)

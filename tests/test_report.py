@@ -10,8 +10,8 @@ import pytest
 
 from common import ROOT, bench, report, results
 from common.timing import attention_flops
+from tests.helpers import META, study_row
 
-META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="test")
 BASE = {"part1": 40, "part2": 300, "sdpa_flash": 280, "sdpa_cudnn": 450}
 
 
@@ -31,21 +31,17 @@ def _bench_csv(folder):
             for n in (1024, 4096):
                 part = int(impl[4:]) if impl.startswith("part") else ""
                 rows.append(
-                    dict(
+                    study_row(
                         impl=impl,
                         part=part,
-                        B=4,
-                        H=8,
                         N=n,
                         D=d,
-                        dtype="bf16",
                         causal=c,
                         mode="fwd",
                         ms=_ms(n, d, c, _tf(impl, d, c, n)),
                         graph_ms=_ms(n, d, c, 2 * BASE[impl]),
                         backend="64x64 w4 s2" if part == 2 else "",
                         check="ok",
-                        **META,
                     )
                 )
     # Rows that must not be drawn or tabulated as forward numbers: another mode, and a failed check.
@@ -335,12 +331,13 @@ def test_provenance_line_names_every_commit_and_day():
     assert line == "_G; torch 2; Triton 3; commit a, b; 2026-11-30, 2026-12-01. Regenerate: `make report`._"
 
 
-def test_provenance_line_shortens_a_full_hash_only():
+def test_a_full_hash_given_for_the_commit_is_shortened(monkeypatch):
     from common import results
 
-    full = "11eddd900b98851b55d8f2179e50fdb3811d5f78"
-    rows = [dict(gpu="G", torch="2", triton="3", commit=c, date="2026-12-01") for c in (full, "9344cce-dirty")]
-    assert "commit 11eddd9, 9344cce-dirty;" in results.provenance_line(rows, "make report")
+    monkeypatch.setenv("GIT_COMMIT", "11eddd900b98851b55d8f2179e50fdb3811d5f78")
+    assert results.commit() == "11eddd9"
+    monkeypatch.setenv("GIT_COMMIT", "9344cce-dirty")  # anything else, as given
+    assert results.commit() == "9344cce-dirty"
 
 
 # ------------------------------------------------------------------------------------ code in the READMEs

@@ -8,17 +8,9 @@ import torch
 from common import hf, parts, runtime
 from common.results import read_csv, write_csv
 from part5_profiling.tools import report, train_step
+from tests.helpers import META, TINY_LLAMA
 
-META = dict(gpu="Test GPU", torch="2.x", triton="3.x", commit="abc1234", date="2026-01-01T00:00:00Z", command="x")
-TINY = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
+TINY = TINY_LLAMA
 
 
 def test_batches_are_seeded_repeated_segments():
