@@ -71,7 +71,7 @@ sweep: $(ENV)
 	$(PYTHON) -m part2_tile_tuning.sweep
 
 autotune: $(ENV)
-	$(PYTHON) -m common.coldstart --autotune
+	$(PYTHON) -m common.coldstart --autotune --part 2
 
 coldstart: $(ENV)
 	$(PYTHON) -m common.coldstart $(PART_ARG)
@@ -95,7 +95,7 @@ results: $(ENV)
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv
 	$(PYTHON) -m part4_backward.sweep --kernel dq
 	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd --flex
-	$(PYTHON) -m common.coldstart --autotune
+	$(PYTHON) -m common.coldstart --autotune --part 2
 	$(PYTHON) -m common.coldstart --parallel 8
 	$(PYTHON) -m part3_inner_loop.sweep --dtype fp32 --configs $(FP32_FORWARD)
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs $(FP32_DKDV)

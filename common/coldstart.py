@@ -3,7 +3,7 @@
     python -m common.coldstart                          # every Triton part (make coldstart)
     python -m common.coldstart --part 2 --dtype fp32 --causal 0 --shape small
     python -m common.coldstart --parallel 8             # eight processes at once, each with its own cache
-    python -m common.coldstart --autotune               # part 2's autotuner, cold and warm (make autotune)
+    python -m common.coldstart --autotune --part 2      # part 2's autotuner, cold and warm (make autotune)
 
 The first call of a Triton kernel compiles it, and the first call of an @triton.autotune kernel
 for a new shape class (one autotuner key: dtype, D, causal and the bucket of N) compiles every
@@ -33,7 +33,7 @@ holds the commit: a run before a change and a run after it, at two commits, stay
 one file, and table() shows them so. --parallel J runs J processes at once, each with its own empty
 cache; compiling processes share the CPU, so the `parallel` column records J.
 
---autotune keeps what part 2's autotune cost measured, for the parts given (default part 2): two
+--autotune measures what a part's autotuner costs, for the parts given with --part: two
 fresh processes one after the other, sharing one new, empty cache. In the first ("cold cache")
 nothing is compiled yet: the first bf16 call at N = 4096 compiles and times every configuration
 that survives the pruning, then the steady state (median), then a first call at N = 8192 (a new N
@@ -57,14 +57,12 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from common import ROOT, parts
+from common import PROVENANCE, ROOT, parts
 
 DTYPES = ("fp32", "fp16", "bf16")
 DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # (lead, N, D): small is 3-D (batch, seq, D); bench is 4-D (batch, heads, seq, D).
 SHAPES = {"small": ((4,), 128, 64), "bench": ((4, 8), 4096, 64)}
-# common.results.PROVENANCE, not imported from there: common.results imports torch.
-PROVENANCE = ("gpu", "torch", "triton", "commit", "date", "command")
 ONE, FOUR = "one shape class", "four calls"  # the scenarios: one process each
 STEPS = ("import torch", "import part", "first forward", "first backward", "second call", "four calls", "process")
 FIELDS = [
@@ -92,9 +90,8 @@ FILENAME = "cold_start.csv"
 DEFAULT_TIMEOUT = 600.0  # seconds per process; float32 on an empty cache has taken 40-110 s on the H200
 MARK = "COLDSTART "  # the prefix of the lines a measuring process prints, one JSON object each
 
-# --autotune: part 2's autotune cost, as it was measured before it moved here.
+# --autotune: what a part's autotuner costs on its first calls (results/<gpu>/part<N>_autotune.csv).
 AUTOTUNE_FIELDS = ["scenario", "seconds", "configs", "chosen", "B", "H", "N", "D", *PROVENANCE]
-AUTOTUNE_PARTS = (2,)
 B, H, D = 4, 8, 64
 N_FIRST, N_SECOND = 4096, 8192
 
@@ -392,7 +389,7 @@ def autotune(numbers, timeout):
 
 def arguments(argv=None, compiled=None):
     """The command line, with its defaults resolved for this machine (compiled: a GPU running
-    compiled kernels; None: ask common.runtime): every Triton part (--autotune: part 2), fp32 and
+    compiled kernels; None: ask common.runtime): every Triton part (--autotune: --part is required), fp32 and
     fp16 and on a GPU bf16, causal and not, the small shape and on a GPU the benchmark's."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default every Triton part")
@@ -407,13 +404,15 @@ def arguments(argv=None, compiled=None):
         metavar="S",
         help=f"seconds a process may run before it is killed and recorded as such (default {DEFAULT_TIMEOUT:g})",
     )
-    ap.add_argument("--autotune", action="store_true", help="the autotuner's cost, cold and warm (default part 2)")
+    ap.add_argument("--autotune", action="store_true", help="the autotuner's cost, cold and warm (with --part)")
     args = ap.parse_args(argv)
     if compiled is None:
         from common import runtime
 
         compiled = runtime.HAS_GPU and not runtime.INTERPRET
-    default_parts = AUTOTUNE_PARTS if args.autotune else [n for n in parts.available() if parts.uses_triton(n)]
+    if args.autotune and not args.part:
+        ap.error("--autotune needs --part N: the part whose autotuner to measure (make autotune: part 2)")
+    default_parts = [n for n in parts.available() if parts.uses_triton(n)]
     try:
         args.part = parts.require(args.part or default_parts)
     except ValueError as e:
@@ -460,6 +459,15 @@ def _history_position(commit):
         return -1
 
 
+def _commits_in_order(rows):
+    """The commits of the rows, oldest first: in the repository's history where git can say,
+    otherwise by the date of their first row."""
+    first_date = {}
+    for r in rows:
+        first_date[r["commit"]] = min(first_date.get(r["commit"], r["date"]), r["date"])
+    return sorted(first_date, key=lambda c: (_history_position(c), first_date[c]))
+
+
 def table(gpu_dir):
     """cold_start.csv as a README table: one line per part, dtype, causal flag and shape with the
     first forward, first backward and second call; the four-call scenario below it. Where the file
@@ -468,10 +476,7 @@ def table(gpu_dir):
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = read_csv(gpu_dir / FILENAME)
-    first_date = {}
-    for r in rows:
-        first_date[r["commit"]] = min(first_date.get(r["commit"], r["date"]), r["date"])
-    commits = sorted(first_date, key=lambda c: (_history_position(c), first_date[c]))[-2:]
+    commits = _commits_in_order(rows)[-2:]
     rows = [r for r in rows if r["commit"] in commits]
     by = {(r["commit"], r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"], r["step"]): r for r in rows}
 
@@ -549,10 +554,7 @@ def summary(gpu_dir):
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    newest = max(
-        {r["commit"] for r in rows},
-        key=lambda c: (_history_position(c), min(r["date"] for r in rows if r["commit"] == c)),
-    )
+    newest = _commits_in_order(rows)[-1]
     rows = [r for r in rows if r["commit"] == newest]
 
     def seconds(part, dtype, causal, step):

@@ -8,10 +8,11 @@ README files carry generated blocks between markers:
     <!-- results:NAME -->  ...generated...  <!-- /results:NAME -->
 
 Re-running replaces each block with a table built from the CSVs, so a number in a README is never
-typed by hand. The tables that read only bench.csv are here: `overview`, `progression` (one row
-per part at one shape, beside SDPA cuDNN), and for every part N
-`partN` (its forward against the part before and SDPA), `partN-graph` (do_bench against CUDA-graph
-replay) and `partN-causal` (milliseconds with and without the mask). Everything else belongs to a
+typed by hand. The tables that read only bench.csv are here: `progression` (one row per part at
+one shape, beside SDPA cuDNN), and for every part N `partN` (its forward against the part before
+and SDPA), `partN-graph` (do_bench against CUDA-graph replay), `partN-causal` (milliseconds with
+and without the mask), and the part's number in four rows beside the part before and cuDNN:
+`partN-fwd-4096`, `partN-fwdbwd-4096`, `partN-both-16384`. Everything else belongs to a
 part: a part folder with a report.py (at its top, or in its tools/ subfolder with the studies it
 reports) gives its TABLES (marker name -> function(gpu_dir) -> markdown) and, if it draws figures
 from its CSVs, draw(gpu_dir) -> the files it wrote. Marker names are
@@ -225,27 +226,6 @@ def draw_bench(gpu_dir):
     return written
 
 
-def table_overview(gpu_dir):
-    rows = read_csv(gpu_dir / "bench.csv")
-    idx = tflops_index(rows)
-    header = ["implementation", "D=64", "D=64 causal", "D=128", "D=128 causal"]
-    body = [[impl_label(impl), *(tflops(idx.get((impl, d, c, 4096))) for d, c in PANELS)] for impl in impls_in(rows)]
-    out = [
-        provenance_line(rows, "make bench && make report"),
-        "",
-        "Forward TFLOP/s at N = 4096 (B=4, H=8, bf16):",
-        "",
-        markdown_table(header, body, "lrrrr"),
-    ]
-    untimed = [impl for impl in impls_in(rows) if all(idx.get((impl, d, c, 4096)) is None for d, c in PANELS)]
-    if untimed:
-        out += ["", f"—: not timed at N = 4096 ({', '.join(map(impl_label, untimed))}; bench.csv has what was timed)."]
-    dispatched = sorted({r["backend"] for r in rows if r["impl"] == "sdpa_default" and r["backend"]})
-    if dispatched:
-        out += ["", f"SDPA's default dispatch ran: {', '.join(dispatched)} (read off the profiler)."]
-    return "\n".join(out)
-
-
 PROGRESSION = dict(D=128, causal=1, N=4096)  # the one shape of the progression (B=4, H=8, bf16)
 PROGRESSION_MODES = {"fwd": "forward", "fwd+bwd": "forward + backward"}
 PROGRESSION_BASE = "sdpa_cudnn"  # the library the progression measures against: the fastest SDPA backend
@@ -259,17 +239,16 @@ def progression(rows):
     to N = 2048) is taken at its longest N at the progression's D and causal, beside cuDNN's there."""
     d, c, n = PROGRESSION["D"], PROGRESSION["causal"], PROGRESSION["N"]
     numbers = sorted(set(parts.available()) | {r["part"] for r in rows if r["part"] is not None})
-    entries = []
+    entries, idx = [], {mode: tflops_index(rows, mode=mode) for mode in PROGRESSION_MODES}
     for impl in [f"part{k}" for k in numbers] + [PROGRESSION_BASE]:
         entry = {"impl": impl}
         for mode in PROGRESSION_MODES:
-            idx = tflops_index(rows, mode=mode)
             timed = [r for r in rows if r["impl"] == impl and r["mode"] == mode and r["ms"] is not None]
             at = n
             if timed and max(r["N"] for r in timed) < n:  # never timed this long: its longest N instead
                 at = max((r["N"] for r in timed if (r["D"], r["causal"]) == (d, c)), default=n)
-            mine = idx.get((impl, d, c, at))
-            entry[mode] = None if mine is None else (mine, at, idx.get((PROGRESSION_BASE, d, c, at)))
+            mine = idx[mode].get((impl, d, c, at))
+            entry[mode] = None if mine is None else (mine, at, idx[mode].get((PROGRESSION_BASE, d, c, at)))
         entries.append(entry)
     return entries
 
@@ -284,8 +263,8 @@ def table_progression(gpu_dir):
     rows = read_csv(gpu_dir / "bench.csv")
     d, c, n = PROGRESSION["D"], PROGRESSION["causal"], PROGRESSION["N"]
     pytorch = pytorch_backward_parts()
-    body, shorter, missing = [], [], []
-    for e in progression(rows):
+    body, shorter, missing, entries = [], [], [], progression(rows)
+    for e in entries:
         impl, ns = e["impl"], {x[1] for x in (e["fwd"], e["fwd+bwd"]) if x is not None and x[1] != n}
         at = ", ".join(map(str, sorted(ns)))
         shorter += [f"{impl_label(impl)} was timed only up to N = {at}: its row is at N = {at}"] if ns else []
@@ -304,7 +283,7 @@ def table_progression(gpu_dir):
             cells.append("its own kernels")
         body.append(cells)
     used = [r for r in rows if (r["D"], r["causal"]) == (d, c) and r["mode"] in PROGRESSION_MODES]
-    used = [r for r in used if r["impl"] in {e["impl"] for e in progression(rows)}]
+    used = [r for r in used if r["impl"] in {e["impl"] for e in entries}]
     header = [
         "implementation",
         "forward, TFLOP/s",
@@ -418,9 +397,6 @@ def table_part(gpu_dir, part):
     )
 
 
-SUMMARY_MODES = {"fwd": "forward", "fwd+bwd": "forward + backward"}
-
-
 def table_summary(gpu_dir, part, n, modes):
     """A part's number in four rows (D x causal) at one N: for each mode in `modes`, the part before,
     the part and SDPA cuDNN in TFLOP/s, and the part's share of cuDNN's."""
@@ -429,11 +405,10 @@ def table_summary(gpu_dir, part, n, modes):
     header, body = ["D", "causal"], [[d, yes_no(c)] for d, c in PANELS]
     for mode in modes:
         idx = tflops_index(rows, mode=mode)
-        what = SUMMARY_MODES[mode]
         before = [idx.get((prev, d, c, n)) for d, c in PANELS]
         shown = any(x is not None for x in before)  # part 0 was never timed this long: no column for it
-        header += [f"{what}: part {part - 1}"] * shown + [f"**part {part}**", "cuDNN", f"part {part} / cuDNN"]
-        header[len(header) - 3] = header[len(header) - 3] if shown else f"{what}: **part {part}**"
+        group = ([f"part {part - 1}"] if shown else []) + [f"**part {part}**", "cuDNN", f"part {part} / cuDNN"]
+        header += [f"{PROGRESSION_MODES[mode]}: {group[0]}", *group[1:]]
         for cells, x, (d, c) in zip(body, before, PANELS):
             mine, cu = idx.get((me, d, c, n)), idx.get(("sdpa_cudnn", d, c, n))
             cells += [tflops(x)] * shown + [f"**{tflops(mine)}**", tflops(cu), percent(mine, cu)]
@@ -706,17 +681,18 @@ def part_reports():
 def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice."""
-    tables = {"overview": table_overview, "cold-start": coldstart.table, "cold-start-summary": coldstart.summary}
+    tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary}
     tables["progression"] = table_progression
     for n in parts.folders():
         tables[f"part{n}"] = functools.partial(table_part, part=n)
         tables[f"part{n}-graph"] = functools.partial(table_graph, part=n)
         tables[f"part{n}-causal"] = functools.partial(table_causal_time, part=n)
-    for n in parts.folders():
-        if n >= 1:
-            tables[f"part{n}-summary"] = functools.partial(table_summary, part=n, n=16384, modes=("fwd", "fwd+bwd"))
-            tables[f"part{n}-fwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd",))
-            tables[f"part{n}-fwdbwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd+bwd",))
+        # A part's number in four rows: the forward, the forward + backward, or both (a README picks one).
+        tables[f"part{n}-fwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd",))
+        tables[f"part{n}-fwdbwd-4096"] = functools.partial(table_summary, part=n, n=4096, modes=("fwd+bwd",))
+        tables[f"part{n}-both-16384"] = functools.partial(
+            table_summary, part=n, n=16384, modes=tuple(PROGRESSION_MODES)
+        )
     owner = dict.fromkeys(tables, __name__)
     for module in reports:
         for name, table in module.TABLES.items():

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, runtime
+from common import PROVENANCE, ROOT, runtime
 
 RESULTS = ROOT / "results"
-PROVENANCE = ("gpu", "torch", "triton", "commit", "date", "command")  # the columns provenance() fills
 NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
 
 

@@ -6,7 +6,7 @@ variants of a kernel on the benchmark's inputs. Each one's main() reads:
     args = study.arguments(__doc__, argv, n=SEQ_LENS)          # --n (and --d, --causal if asked)
     if not study.on_gpu("The launch-order study times compiled kernels"):
         return 0                                                # says so, and exits cleanly
-    return study.write("part3_launch_order.csv", FIELDS, lambda save: run(args.n, save))
+    return results.write_as_measured("part3_launch_order.csv", FIELDS, lambda save: run(args.n, save))
 
 and in between it checks each variant against the float64 reference on the inputs it is timed on
 before it times it (forward_row, backward_row), so a wrong variant is never timed.
@@ -17,7 +17,7 @@ import functools
 
 import torch
 
-from common import results, runtime
+from common import bench, results, runtime
 from common.bench import each_shape
 from common.check import check_slices
 from common.timing import attention_flops, graph_time_ms, tflops, time_ms
@@ -53,11 +53,6 @@ def on_gpu(what):
     return False
 
 
-def write(filename, fields, run, key=None, failed=results.failed_check):
-    """Measure with run(save) and write the rows to results/<gpu>/filename (see results.write_as_measured)."""
-    return results.write_as_measured(filename, fields, run, failed=failed, key=key)
-
-
 def checked(report):
     """A check for a study's CSV cell: "ok " or "FAIL " and every tensor's error against its bound."""
     return ("ok " if report.ok else "FAIL ") + str(report)
@@ -87,10 +82,12 @@ def forward_row(forward, q, k, v, causal, do_bench=True):
     return out
 
 
-def time_forwards(forwards, row_for, seq_lens, head_dims=(64, 128), b=4, h=8, do_bench=True, save=None, config=None):
+def time_forwards(
+    forwards, row_for, seq_lens, head_dims=bench.HEAD_DIMS, b=bench.B, h=bench.H, do_bench=True, save=None, config=None
+):
     """Check and time each forward ({label: (q, k, v, causal) -> (O, L)}: ablation steps, launch
     orders, candidates) on the same bf16 inputs, for every D in head_dims, causal and not, and N in
-    seq_lens (B=b, H=h). row_for(label, causal) gives a row's own columns; each row also gets the
+    seq_lens (B=b, H=h; the benchmark's by default). row_for(label, causal) gives a row's own columns; each row also gets the
     shape, what forward_row returns, the configuration config(label) names (if config is given) and
     the provenance. A forward that fails to compile or run gets an "error: ..." check instead.
     save(rows so far), if given, runs after every shape."""

@@ -28,6 +28,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import torch
 
 from common import parts, results, runtime, sweep_report, triton_tools
+from common.check import check_slices
+from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, time_ms
 
 BLOCKS = (16, 32, 64, 128, 256)
@@ -117,6 +119,21 @@ class SweepTarget:
 
     def flops(self, d, causal):
         return attention_flops(self.B, self.H, self.N, self.N, d, causal, self.mode)
+
+
+class ForwardTarget(SweepTarget):
+    """A forward kernel: Q, K and V of the target's shape in, O and L out, checked against the float64
+    reference. A part's forward sweep subclasses it and says how its kernel is launched."""
+
+    def tensors(self, d, causal):
+        q, k, v, _ = make_inputs(
+            Shape((self.B, self.H), self.N, self.N, d), self.dtype, runtime.DEVICE, seed=d + causal
+        )
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+        return dict(Q=q, K=k, V=v, O=torch.empty_like(q), L=lse)
+
+    def check(self, t, causal):
+        return check_slices({"O": t["O"], "L": t["L"]}, t["Q"], t["K"], t["V"], causal)
 
 
 # ------------------------------------------------------------------------------------ plan

@@ -103,7 +103,8 @@ print("after p = p.to(float16):", p.dtype)
 
 # %%
 if runtime.HAS_GPU:
-    from common.bench import attention_flops, sdpa_fn, time_ms
+    from common.impls import sdpa_fn
+    from common.timing import attention_flops, tflops, time_ms
 
     q, k, v, _ = make_inputs(Shape((4, 8), 4096, 4096, 64), torch.bfloat16, runtime.DEVICE)
     for name, fn in (
@@ -111,6 +112,6 @@ if runtime.HAS_GPU:
         ("SDPA flash", sdpa_fn("flash", q, k, v, False)),
     ):
         ms = time_ms(fn)
-        print(f"{name:>10}: {ms:.3f} ms, {attention_flops(4, 8, 4096, 4096, 64, False) / ms * 1e-9:.0f} TFLOP/s")
+        print(f"{name:>10}: {ms:.3f} ms, {tflops(attention_flops(4, 8, 4096, 4096, 64, False), ms)} TFLOP/s")
 else:
     print("No GPU: timings need one (the interpreter runs the kernel in numpy, one program at a time).")

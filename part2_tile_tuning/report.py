@@ -69,7 +69,7 @@ def table_autotune(gpu_dir):
     body = [[r["scenario"], f"{r['seconds']:.3g}", r["configs"] or "—", r["chosen"] or "—"] for r in rows]
     return "\n".join(
         [
-            provenance_line(rows, "python -m common.coldstart --autotune && make report"),
+            provenance_line(rows, "python -m common.coldstart --autotune --part 2 && make report"),
             "",
             markdown_table(["what", "seconds", "configurations tried", "chosen"], body, "lrrl"),
         ]

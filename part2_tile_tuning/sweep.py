@@ -16,12 +16,10 @@ import sys
 import torch
 import triton
 
-from common import runtime, sweep
-from common.check import check_slices
-from common.inputs import Shape, make_inputs
+from common import sweep
 
 
-class Forward(sweep.SweepTarget):
+class Forward(sweep.ForwardTarget):
     """Part 2's forward kernel, _attn_fwd, launched the way flash_forward launches it."""
 
     part = 2
@@ -33,12 +31,6 @@ class Forward(sweep.SweepTarget):
         bm, bn, d = config["BLOCK_M"], config["BLOCK_N"], config["D"]
         smem = self.module().smem_bytes(bm, bn, d, self.dtype.itemsize, config["num_stages"])
         return smem, sweep.regs_estimate(bm, bn, d, config["num_warps"])
-
-    def tensors(self, d, causal):
-        shape = Shape((self.B, self.H), self.N, self.N, d)
-        q, k, v, _ = make_inputs(shape, self.dtype, runtime.DEVICE, seed=d + causal)
-        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-        return dict(Q=q, K=k, V=v, O=torch.empty_like(q), L=lse)
 
     def launch(self, t, config):
         q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
@@ -55,9 +47,6 @@ class Forward(sweep.SweepTarget):
 
     def grid(self, t, config):
         return (triton.cdiv(self.N, config["BLOCK_M"]), self.B * self.H)
-
-    def check(self, t, causal):
-        return check_slices({"O": t["O"], "L": t["L"]}, t["Q"], t["K"], t["V"], causal)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ from common import parts, results, study
 
 STEPS_DIR = Path(__file__).resolve().parent / "steps"
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
-B, H = 4, 8
-HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
     "step",
@@ -106,9 +104,6 @@ def run(seq_lens, save=None):
         forwards,
         lambda label, causal: dict(step=LABELS.index(label), label=label),
         seq_lens,
-        HEAD_DIMS,
-        B,
-        H,
         save=save,
         config=lambda label: parts.forward_config(modules[label]),
     )

@@ -26,8 +26,6 @@ import sys
 from common import results, study
 from part3_inner_loop import variants
 
-B, H = 4, 8
-HEAD_DIMS = (64, 128)
 SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
     "order",
@@ -55,9 +53,6 @@ def run(seq_lens, save=None):
         forwards,
         lambda order, causal: dict(order=order, shipped=int(order == shipped[causal])),
         seq_lens,
-        HEAD_DIMS,
-        B,
-        H,
         save=save,
         config=lambda _: variants.chosen(),
     )
@@ -67,7 +62,7 @@ def main(argv=None):
     args = study.arguments(__doc__, argv, n=SEQ_LENS)
     if not study.on_gpu("The launch-order study times compiled kernels"):
         return 0
-    return study.write("part3_launch_order.csv", FIELDS, lambda save: run(args.n, save))
+    return results.write_as_measured("part3_launch_order.csv", FIELDS, lambda save: run(args.n, save))
 
 
 if __name__ == "__main__":

@@ -234,7 +234,7 @@ def test_options():
     )
     assert (args.part, args.dtype, args.causal, args.parallel, args.timeout) == ([2, 3], ("fp16",), (True,), 4, 30)
     assert [j["scenario"] for j in coldstart.jobs(args)] == [coldstart.ONE] * 2  # no fp32: no four calls
-    assert coldstart.arguments(["--autotune"], compiled=True).part == list(coldstart.AUTOTUNE_PARTS)
+    assert coldstart.arguments(["--autotune", "--part", "2"], compiled=True).part == [2]
 
 
 @pytest.mark.parametrize(
@@ -246,6 +246,7 @@ def test_options():
         (["--parallel", "0"], "--parallel must be 1 or more"),
         (["--timeout", "0"], "--timeout positive"),
         (["--dtype", "fp64"], "invalid choice"),
+        (["--autotune"], "--autotune needs --part N"),  # common/ names no part: the caller says which
     ],
 )
 def test_bad_options_are_refused(argv, message, capsys):
@@ -258,11 +259,10 @@ def test_autotune_without_a_gpu_says_so_and_writes_nothing(tmp_path, monkeypatch
     if COMPILED:
         pytest.skip("on a GPU --autotune measures (minutes); here only its refusal elsewhere is tested")
     monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
-    assert coldstart.main(["--autotune"]) == 0
+    assert coldstart.main(["--autotune", "--part", "2"]) == 0
     assert "on a GPU" in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
 def test_the_table_is_registered_and_the_columns_match_results():
     assert report.all_tables(report.part_reports())["cold-start"] is coldstart.table
-    assert coldstart.PROVENANCE == results.PROVENANCE
     assert set(coldstart.KEY) <= set(coldstart.FIELDS) and "commit" in coldstart.KEY

@@ -45,47 +45,15 @@ def test_roofline_points_measured_and_modelled(tmp_path):
     from part5_profiling import roofline
 
     base = dict(D=128, causal=0, note="", **META)
+    fields = ("target", "kernel", "pass", "method", "metric", "value", "unit")
     rows = [
-        dict(
-            base,
-            target="part4",
-            kernel="(all kernels)",
-            **{"pass": "fwd"},
-            method="cupti",
-            metric="time per call",
-            value=1000.0,
-            unit="us",
-        ),
-        dict(
-            base,
-            target="part4",
-            kernel="_attn_fwd",
-            **{"pass": "fwd"},
-            method="ncu",
-            metric="DRAM bytes read",
-            value=100.0,
-            unit="Mbyte",
-        ),
-        dict(
-            base,
-            target="part4",
-            kernel="_attn_fwd",
-            **{"pass": "fwd"},
-            method="ncu",
-            metric="DRAM bytes written",
-            value=50.0,
-            unit="Mbyte",
-        ),
-        dict(
-            base,
-            target="sdpa_cudnn",
-            kernel="(all kernels)",
-            **{"pass": "bwd"},
-            method="cupti",
-            metric="time per call",
-            value=2000.0,
-            unit="us",
-        ),
+        dict(base, **dict(zip(fields, row)))
+        for row in (
+            ("part4", "(all kernels)", "fwd", "cupti", "time per call", 1000.0, "us"),
+            ("part4", "_attn_fwd", "fwd", "ncu", "DRAM bytes read", 100.0, "Mbyte"),
+            ("part4", "_attn_fwd", "fwd", "ncu", "DRAM bytes written", 50.0, "Mbyte"),
+            ("sdpa_cudnn", "(all kernels)", "bwd", "cupti", "time per call", 2000.0, "us"),
+        )
     ]
     pts = {p["target"]: p for p in roofline.points(results.read_csv(_write(tmp_path, rows)))}
     flops = attention_flops(4, 8, 4096, 4096, 128, False)

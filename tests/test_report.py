@@ -109,11 +109,8 @@ def test_vs_sdpa_plot_divides_each_part_by_the_backend_it_names(tmp_path):
 # ------------------------------------------------------------------------------------ tables
 def test_bench_tables(tmp_path):
     _bench_csv(tmp_path)
-    overview = report.table_overview(tmp_path)
-    assert overview.startswith("_Test GPU; torch 2.x; Triton 3.x; commit abc1234; 2026-01-01. Regenerate:")
-    # N=4096: part 2 = 300 + D + causal + 4.
-    assert "| part 2 | 368 | 369 | 432 | 433 |" in overview
-    assert "| SDPA math | — | — | — | — |" in overview and "—: not timed at N = 4096 (SDPA math" in overview
+    table = report.table_part(tmp_path, 2)
+    assert table.startswith("_Test GPU; torch 2.x; Triton 3.x; commit abc1234; 2026-01-01. Regenerate:")
     # D=64, non-causal, N=4096: part 1 = 108, part 2 = 368, flash = 348, cuDNN = 518; the autotuner's choice last.
     assert "| 64 | no | 4096 | 108 | **368** | 348 | 518 | 106% | 71% | 64x64 w4 s2 |" in report.table_part(tmp_path, 2)
     # CUDA-graph rows run at twice the base: part 2 600, flash 560.
@@ -128,7 +125,9 @@ def test_bench_tables(tmp_path):
 # ------------------------------------------------------------------------------------ README blocks
 def test_fill_rebuilds_blocks_and_says_when_a_csv_is_missing(tmp_path):
     text = "a\n<!-- results:demo -->\nold\n<!-- /results:demo -->\nb\n<!-- results:overview -->\nold\n<!-- /results:overview -->\n"
-    new = report.fill(text, {"demo": lambda g: f"from {g.name}", "overview": report.table_overview}, tmp_path)
+    new = report.fill(
+        text, {"demo": lambda g: f"from {g.name}", "overview": lambda g: report.table_part(g, 2)}, tmp_path
+    )
     assert new == (
         f"a\n<!-- results:demo -->\nfrom {tmp_path.name}\n<!-- /results:demo -->\nb\n<!-- results:overview -->\n"
         "_No results yet (bench.csv missing): run the command that writes it._\n<!-- /results:overview -->\n"
@@ -153,30 +152,29 @@ def _readme_with(tmp_path, monkeypatch, marker):
 
 
 def test_report_fills_readmes_and_draws(tmp_path, monkeypatch):
-    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    readme = _readme_with(tmp_path, monkeypatch, "part2")
     assert report.main(["--gpu", "fake"]) == 0
-    assert "| part 2 | 368 | 369 | 432 | 433 |" in readme.read_text()
+    assert "| 128 | yes | 4096 | 173 | **433** | 413 | 583 | 105% | 74% | 64x64 w4 s2 |" in readme.read_text()
     assert (tmp_path / "results" / "fake" / "bench_tflops.png").exists()
 
 
 @pytest.mark.parametrize("mistake", ["missing folder", "unknown marker"])
 def test_a_mistake_stops_the_report_before_it_changes_anything(tmp_path, monkeypatch, capsys, mistake):
-    readme = _readme_with(tmp_path, monkeypatch, "overview" if mistake == "missing folder" else "overveiw")
+    readme = _readme_with(tmp_path, monkeypatch, "part2" if mistake == "missing folder" else "prat2")
     gpu = "a100" if mistake == "missing folder" else "fake"
     assert report.main(["--gpu", gpu]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert ("results/a100/" in err and "fake" in err) if mistake == "missing folder" else "overveiw" in err
-    assert readme.read_text() == "<!-- results:overview -->\nold\n<!-- /results:overview -->\n".replace(
-        "overview", "overview" if mistake == "missing folder" else "overveiw"
-    )
+    assert ("results/a100/" in err and "fake" in err) if mistake == "missing folder" else "prat2" in err
+    marker = "part2" if mistake == "missing folder" else "prat2"
+    assert readme.read_text() == f"<!-- results:{marker} -->\nold\n<!-- /results:{marker} -->\n"
     assert not list((tmp_path / "results" / "fake").glob("*.png"))
 
 
 def test_a_table_name_taken_twice_is_an_error():
     mine = types.SimpleNamespace(__name__="part8_x.report", TABLES={"part8-sweep": str})
-    with pytest.raises(ValueError, match="'overview' of part9_y.report is taken by common.report"):
-        report.all_tables([types.SimpleNamespace(__name__="part9_y.report", TABLES={"overview": str})])
+    with pytest.raises(ValueError, match="'part2' of part9_y.report is taken by common.report"):
+        report.all_tables([types.SimpleNamespace(__name__="part9_y.report", TABLES={"part2": str})])
     with pytest.raises(ValueError, match="'part8-sweep' of part9_y.report is taken by part8_x.report"):
         report.all_tables([mine, types.SimpleNamespace(__name__="part9_y.report", TABLES={"part8-sweep": str})])
 
@@ -483,7 +481,7 @@ def test_fill_puts_the_code_between_the_markers_and_is_stable(tmp_path):
 
 
 def _readme_with_code(tmp_path, monkeypatch, marker):
-    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    readme = _readme_with(tmp_path, monkeypatch, "part2")
     readme.write_text(readme.read_text() + f"\n<!-- code:{marker} -->\n<!-- /code:{marker} -->\n")
     monkeypatch.setattr(report, "ROOT", tmp_path)
     _source(tmp_path)
@@ -688,7 +686,7 @@ def test_a_results_log_has_each_tables_heading_sentence_and_table(tmp_path):
 def test_report_writes_a_log_for_every_part(tmp_path, monkeypatch):
     from common import parts
 
-    _readme_with(tmp_path, monkeypatch, "overview")
+    _readme_with(tmp_path, monkeypatch, "part2")
     assert report.main(["--gpu", "fake"]) == 0
     for n in parts.folders():
         log = (tmp_path / "results" / "fake" / f"part{n}_log.md").read_text()
@@ -699,7 +697,7 @@ def test_report_writes_a_log_for_every_part(tmp_path, monkeypatch):
 
 
 def test_a_log_entry_without_a_table_stops_the_report(tmp_path, monkeypatch, capsys):
-    readme = _readme_with(tmp_path, monkeypatch, "overview")
+    readme = _readme_with(tmp_path, monkeypatch, "part2")
     bad = types.SimpleNamespace(__name__="part2_tile_tuning.report", TABLES={}, LOG=[("H", "S.", "part2-nothing")])
     monkeypatch.setattr(report, "part_reports", lambda: [bad])
     assert report.main(["--gpu", "fake"]) == 2

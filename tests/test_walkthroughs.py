@@ -31,7 +31,7 @@ def test_walkthrough_runs(part):
 def test_walkthrough_notebook_executes(part, tmp_path):
     """The Makefile's notebook command with RUN=1, written to a temporary file: the notebook gets the
     standard python3 kernelspec, every code cell runs (from the repository root) without an error."""
-    reason = "converting and running notebooks needs jupytext, nbconvert and ipykernel (requirements.txt)"
+    reason = "converting and running notebooks needs jupytext, nbconvert and ipykernel (pip install -e '.[dev]')"
     for module in ("jupytext", "nbconvert", "ipykernel"):
         pytest.importorskip(module, reason=reason)
     script = parts.folder(part) / "walkthrough.py"

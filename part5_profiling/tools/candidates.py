@@ -51,9 +51,6 @@ def run(seq_lens, names=None, save=None):
         forwards,
         lambda name, causal: dict(candidate=name),
         seq_lens,
-        HEAD_DIMS,
-        B,
-        H,
         do_bench=False,
         save=save,
         config=lambda _: fv.chosen(),
@@ -137,8 +134,10 @@ def main(argv=None):
         return 0
     if args.backward:
         run_them = lambda save: run_backward(args.n, args.candidate, save)  # noqa: E731
-        return study.write("part5_bwd_candidates.csv", BWD_FIELDS, run_them, key=KEY)
-    return study.write("part5_candidates.csv", FIELDS, lambda save: run(args.n, args.candidate, save), key=KEY)
+        return results.write_as_measured("part5_bwd_candidates.csv", BWD_FIELDS, run_them, key=KEY)
+    return results.write_as_measured(
+        "part5_candidates.csv", FIELDS, lambda save: run(args.n, args.candidate, save), key=KEY
+    )
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ def main(argv=None):
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
-    return study.write("part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed=failed)
+    return results.write_as_measured("part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed=failed)
 
 
 if __name__ == "__main__":

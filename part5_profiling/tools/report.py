@@ -203,15 +203,13 @@ def table_gluon(gpu_dir):
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
 
-# Columns of part5_gluon_bwd.csv measured with switches the Gluon backward no longer has: the study
-# cannot write them again, so their header says so.
-REMOVED_SWITCHES = ("Gluon, sequence-major, staggered", "Gluon, dQ not added (ablation)", "Gluon, no dQ (ablation)")
-
-
 def table_gluon_bwd(gpu_dir):
+    from part5_profiling.tools.gluon_study import BWD_CANDIDATES
+
     rows = read_csv(gpu_dir / "part5_gluon_bwd.csv")
-    gone = sorted({r["commit"] for r in rows if r["candidate"] in REMOVED_SWITCHES})
-    rows = [dict(r, candidate=r["candidate"] + " †") if r["candidate"] in REMOVED_SWITCHES else r for r in rows]
+    earlier = {r["candidate"] for r in rows} - set(BWD_CANDIDATES)  # the study no longer times these
+    gone = sorted({r["commit"] for r in rows if r["candidate"] in earlier})
+    rows = [dict(r, candidate=r["candidate"] + " †") if r["candidate"] in earlier else r for r in rows]
     caption = (
         "Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; the backward counts 2.5 times "
         "the forward's FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. The ablations compute "
@@ -226,14 +224,7 @@ def table_gluon_bwd(gpu_dir):
             "the command below rewrites the other columns only"
         )
     caption += ":"
-    first = [
-        "part 4",
-        "Gluon, one pass",
-        "Gluon, sequence-minor",
-        "Gluon, sequence-major",
-        "Gluon, sequence-major, staggered †",
-        "Gluon, grouped",
-    ]
+    first = [name for name in BWD_CANDIDATES if name != "SDPA cuDNN"]
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study --backward", caption, first)
 
 

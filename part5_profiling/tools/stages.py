@@ -100,7 +100,9 @@ def main(argv=None):
     if not study.on_gpu("The stage timings time compiled kernels"):
         return 0
     failed = lambda r: r["check"].startswith(("FAIL", "error"))  # noqa: E731  (the variants are not checked)
-    return study.write("part5_stages.csv", FIELDS, lambda save: run(args.d, args.causal, save), key=KEY, failed=failed)
+    return results.write_as_measured(
+        "part5_stages.csv", FIELDS, lambda save: run(args.d, args.causal, save), key=KEY, failed=failed
+    )
 
 
 if __name__ == "__main__":

@@ -295,7 +295,7 @@ def main(argv=None):
         print("The training-step benchmark needs transformers: pip install -e '.[model]'.")
         return 2
     modes = tuple(args.mode or MODES)
-    return study.write("train_step.csv", FIELDS, lambda save: run(numbers, args.n, modes, save), key=KEY)
+    return results.write_as_measured("train_step.csv", FIELDS, lambda save: run(numbers, args.n, modes, save), key=KEY)
 
 
 if __name__ == "__main__":
