@@ -4,15 +4,24 @@ A sweep has to compile one configuration without running it, read what the compi
 (registers, spills, shared memory) and learn whether it can run at all; the cold-start benchmark
 has to ask the autotuner what it chose and how many configurations it timed; part 5's host path
 (part5_profiling/fast_launch.py) launches a compiled kernel without Triton's per-call Python.
-Triton has no public API for these, so each function below says what it touches and how the Triton versions that meet
+A part's first call compiles several kernels, and the compiler can build them side by side
+(compile_together). Triton has no public API for these, so each function below says what it touches and how the Triton versions that meet
 this code behave: 3.6 (the GPU machine), 3.8 and 3.9 (fresh installs). Nothing here works in the
 interpreter, which compiles nothing; importing this module is safe everywhere.
 """
 
 # Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
 from common import runtime  # noqa: F401, I001
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
+
+try:  # 3.6 to 3.9; an older Triton compiles one kernel at a time (compile_together does nothing)
+    from triton.runtime._async_compile import AsyncCompileMode
+except ImportError:
+    AsyncCompileMode = None
 
 __all__ = [
     "OutOfResources",
@@ -29,6 +38,7 @@ __all__ = [
     "resources",
     "launch_hooked",
     "direct_launcher",
+    "compile_together",
 ]
 
 
@@ -167,3 +177,44 @@ def direct_launcher(compiled, tail):
         run(n_programs, 1, 1, stream(device_index), function, packed, None, None, None, *args, *tail)
 
     return launch
+
+
+def _async_mode(pool):
+    try:
+        return AsyncCompileMode(pool, ignore_errors=True)  # 3.6 to 3.9: a failed compile is left to the launch
+    except TypeError:  # an AsyncCompileMode without the keyword raises on exit, which compile_together catches
+        return AsyncCompileMode(pool)
+
+
+def compile_together(calls, first_calls=None, key=None):
+    """Compile every binary a set of launches is about to need, all at once, before the launches.
+
+    calls: (kernel, args, constexprs) for each launch the caller is about to make, with the arguments
+    it will make it with (a grid is not needed). An @triton.autotune kernel gets every configuration
+    its pruning keeps (what its first call would compile and time, one by one), a plain jit kernel
+    its one binary. first_calls and key: a set the caller keeps and its shape class; given, only the
+    first call of a class compiles (one set lookup after that).
+
+    Compiling a configuration is seconds of the compiler's passes and ptxas (a separate process),
+    much of it outside Python's lock, so a pool of threads builds several in about the time of the
+    slowest; the launches that follow find them in Triton's cache and only load (and the autotuner
+    time) them. Nothing changes what runs: on any failure here, or under the interpreter, or on a
+    Triton without AsyncCompileMode, the launches compile one by one as they always did (and raise,
+    if a kernel does not compile, from there).
+    3.6 to 3.9: with AsyncCompileMode(executor) active, JITFunction.warmup(*args, grid=...) submits
+    its compile to the executor and leaves a future in the kernel cache, which the mode resolves on
+    exit; Autotuner.warmup warms every configuration prune_configs keeps."""
+    if first_calls is not None:
+        if key in first_calls:
+            return
+        first_calls.add(key)
+    if runtime.INTERPRET or AsyncCompileMode is None:
+        return
+    calls = list(calls)
+    try:
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            with _async_mode(pool):
+                for kernel, args, constexprs in calls:
+                    kernel.warmup(*args, grid=(1,), **constexprs)
+    except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
+        pass

@@ -266,3 +266,44 @@ def test_autotune_without_a_gpu_says_so_and_writes_nothing(tmp_path, monkeypatch
 def test_the_table_is_registered_and_the_columns_match_results():
     assert report.all_tables(report.part_reports())["cold-start"] is coldstart.table
     assert set(coldstart.KEY) <= set(coldstart.FIELDS) and "commit" in coldstart.KEY
+
+
+@pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
+def test_compile_together_compiles_every_configuration_before_the_launch(monkeypatch):
+    """common/triton_tools.compile_together on a toy autotuned kernel: both configurations compiled
+    (in the pool's threads, not the caller's) before any launch, the launch that follows compiles
+    nothing more and gives the right answer, and a second call of the same class compiles nothing."""
+    import threading
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    from common import triton_tools
+
+    @triton.autotune(
+        configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+    )
+    @triton.jit
+    def _double(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(Y + offs, 2 * tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+    fn = triton_tools.jit_function(_double)
+    x = torch.arange(1000, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    cache = fn.device_caches[x.device.index][0]  # 3.6 to 3.9: (kernel cache, ...) per device; made here
+    threads, compile_ = [], fn.compile
+
+    def counted(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return compile_(*args, **kwargs)
+
+    monkeypatch.setattr(fn, "compile", counted)
+    seen = set()
+    triton_tools.compile_together([(_double, (x, y, x.numel()), {})], seen, "class")
+    assert len(threads) == 2 and threading.get_ident() not in threads and len(cache) == 2
+    _double[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+    torch.testing.assert_close(y, 2 * x)
+    triton_tools.compile_together([(_double, (x, y, x.numel()), {})], seen, "class")
+    assert len(threads) == 2 and len(cache) == 2 and seen == {"class"}

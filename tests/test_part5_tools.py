@@ -162,7 +162,8 @@ def test_compiled_reads_a_binary_off_the_compiler():
 
     code = (
         "import json; from part5_profiling.tools import compiled, forward_variants as fv; "
-        "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, fv.TUNED[1])))"
+        "from part5_profiling.flash_attention import TUNED; "
+        "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, TUNED[1])))"
     )
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from common import triton_tools
 from common.runtime import INTERPRET, set_triton_allocator
-from part5_profiling.flash_attention import CONFIGS, TUNED, _as_sequences, _dot_precision, fits_in_smem, n_bucket
+from part5_profiling.flash_attention import CONFIGS, _as_sequences, _dot_precision, fits_in_smem, n_bucket
 
 ORIGINAL, QK_TWICE, PV_TWICE, EXP2_TWICE, NO_EXP2 = range(5)
 STAGES = {
@@ -55,12 +55,13 @@ EXTRA_CONFIGS = {
     WS_WHOLE_TILES: [_config(128, 128, 4, 2)],
     QK_AHEAD: [_config(128, 64, 8, 3), _config(128, 128, 8, 2), _config(128, 128, 8, 3)],
 }
-EVERY_CONFIG = CONFIGS if INTERPRET else TUNED + [c for extra in EXTRA_CONFIGS.values() for c in extra]
+EVERY_CONFIG = CONFIGS if INTERPRET else CONFIGS + [c for extra in EXTRA_CONFIGS.values() for c in extra]
 
 
 def configs(candidate):
-    """The autotuner's list for a candidate: part 5's TUNED, and the candidate's extra configurations."""
-    return TUNED + EXTRA_CONFIGS.get(candidate, [])
+    """The autotuner's list for a candidate: part 5's (TUNED, and the float32 tiles, which fits_in_smem
+    gives a float32 call alone), and the candidate's extra configurations."""
+    return CONFIGS + EXTRA_CONFIGS.get(candidate, [])
 
 
 def prune(configs_, named_args, **kwargs):
