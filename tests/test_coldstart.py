@@ -269,41 +269,48 @@ def test_the_table_is_registered_and_the_columns_match_results():
 
 
 @pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
-def test_compile_together_compiles_every_configuration_before_the_launch(monkeypatch):
-    """common/triton_tools.compile_together on a toy autotuned kernel: both configurations compiled
-    (in the pool's threads, not the caller's) before any launch, the launch that follows compiles
-    nothing more and gives the right answer, and a second call of the same class compiles nothing."""
-    import threading
+def test_compile_together_compiles_every_configuration_before_the_launch():
+    """common/triton_tools.compile_together on a toy autotuned kernel, in a fresh process (a first
+    call's situation): both configurations compiled in the pool's threads, not the caller's, before
+    any launch; the launch that follows compiles nothing more and gives the right answer; a second
+    call of the same shape class compiles nothing."""
+    import json
+    import subprocess
+    import sys
 
-    import torch
-    import triton
-    import triton.language as tl
+    from common import ROOT
 
-    from common import triton_tools
-
-    @triton.autotune(
-        configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+    out = subprocess.run(
+        [sys.executable, "-c", COMPILE_TOGETHER], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
-    @triton.jit
-    def _double(X, Y, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(Y + offs, 2 * tl.load(X + offs, mask=offs < n), mask=offs < n)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == dict(ahead=2, on_caller=0, cached=2, after_launch=2, right=True, again=2), seen
 
-    fn = triton_tools.jit_function(_double)
-    x = torch.arange(1000, device="cuda", dtype=torch.float32)
-    y = torch.empty_like(x)
-    cache = fn.device_caches[x.device.index][0]  # 3.6 to 3.9: (kernel cache, ...) per device; made here
-    threads, compile_ = [], fn.compile
 
-    def counted(*args, **kwargs):
-        threads.append(threading.get_ident())
-        return compile_(*args, **kwargs)
+COMPILE_TOGETHER = """
+import json, threading
+import torch, triton, triton.language as tl
+from common import triton_tools
 
-    monkeypatch.setattr(fn, "compile", counted)
-    seen = set()
-    triton_tools.compile_together([(_double, (x, y, x.numel()), {})], seen, "class")
-    assert len(threads) == 2 and threading.get_ident() not in threads and len(cache) == 2
-    _double[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
-    torch.testing.assert_close(y, 2 * x)
-    triton_tools.compile_together([(_double, (x, y, x.numel()), {})], seen, "class")
-    assert len(threads) == 2 and len(cache) == 2 and seen == {"class"}
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"])
+@triton.jit
+def _double(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, 2 * tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+x = torch.arange(1000, device="cuda", dtype=torch.float32)
+y = torch.empty_like(x)
+fn = triton_tools.jit_function(_double)
+cache = fn.device_caches[x.device.index][0]  # 3.6 to 3.9: (kernel cache, ...) per device; made here
+threads, compile_ = [], fn.compile
+fn.compile = lambda *a, **k: threads.append(threading.get_ident()) or compile_(*a, **k)
+seen, calls = set(), [(_double, (x, y, x.numel()), {})]
+triton_tools.compile_together(calls, seen, "class")
+ahead, cached = len(threads), len(cache)
+_double[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+after_launch = len(threads)
+triton_tools.compile_together(calls, seen, "class")
+print(json.dumps(dict(ahead=ahead, on_caller=threads.count(threading.get_ident()), cached=cached,
+                      after_launch=after_launch, right=bool(torch.equal(y, 2 * x)), again=len(threads))))
+"""
