@@ -549,45 +549,62 @@ def table(gpu_dir):
 
 def summary(gpu_dir):
     """cold_start.csv in one small table: per part, the first forward + first backward at the small
-    shape in each dtype (the slower of causal and not), and the four-call run, at the newest commit
-    (the full table, every commit measured, is `table`)."""
+    shape in each dtype measured (the slower of causal and not), and the four-call run, at the newest
+    commit; where the commit before it measured the same cell, "before -> after" (the full table,
+    every step of both commits, is `table`)."""
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    newest = _commits_in_order(rows)[-1]
-    rows = [r for r in rows if r["commit"] == newest]
+    commits = _commits_in_order(rows)[-2:]
+    before, newest = (None, *commits)[-2:]
+    rows = [r for r in rows if r["commit"] in commits]
 
-    def seconds(part, dtype, causal, step):
-        found = [r for r in rows if (r["part"], r["dtype"], r["causal"], r["step"]) == (part, dtype, causal, step)]
+    def seconds(commit, part, dtype, causal, step):
+        key = (commit, part, dtype, causal, step)
+        found = [r for r in rows if (r["commit"], r["part"], r["dtype"], r["causal"], r["step"]) == key]
         return found[0]["seconds"] if found else None
 
-    def first_call(part, dtype):
+    def first_call(commit, part, dtype):
         """The slower causal flag's first forward + first backward; a killed process: '> its timeout'."""
         totals = []
         for causal in (0, 1):
-            f, b = (seconds(part, dtype, causal, s) for s in ("first forward", "first backward"))
+            f, b = (seconds(commit, part, dtype, causal, s) for s in ("first forward", "first backward"))
             if f is not None and b is not None:
                 totals.append(f"{f + b:.3g}")
             process = [
-                r for r in rows if (r["part"], r["dtype"], r["causal"], r["step"]) == (part, dtype, causal, "process")
+                r
+                for r in rows
+                if (r["commit"], r["part"], r["dtype"], r["causal"], r["step"])
+                == (commit, part, dtype, causal, "process")
             ]
             if process and str(process[0]["status"]).startswith("timeout"):
                 return f"> {_seconds(process[0]['timeout'])}"
-        return max(totals, key=float) if totals else "—"
+        return max(totals, key=float) if totals else None
 
-    def four(part):
-        value = seconds(part, "fp32", None, "four calls")
-        return "—" if value is None else _seconds(value)
+    def four(commit, part):
+        value = seconds(commit, part, "fp32", None, "four calls")
+        return None if value is None else _seconds(value)
 
-    part_numbers = sorted({r["part"] for r in rows})
-    header = ["part", *(f"{d}, first forward + backward" for d in DTYPES), "fp32, four calls"]
-    body = [[n, *(first_call(n, d) for d in DTYPES), four(n)] for n in part_numbers]
+    def cell(measure, *args):
+        after = measure(newest, *args)
+        if after is None:
+            return "—"
+        earlier = measure(before, *args) if before is not None else None
+        return after if earlier is None else f"{earlier} → {after}"
+
+    newest_rows = [r for r in rows if r["commit"] == newest]
+    part_numbers = sorted({r["part"] for r in newest_rows})
+    dtypes = [d for d in DTYPES if any(r["dtype"] == d for r in newest_rows)]
+    header = ["part", *(f"{d}, first forward + backward" for d in dtypes), "fp32, four calls"]
+    body = [[n, *(cell(first_call, n, d) for d in dtypes), cell(four, n)] for n in part_numbers]
     lead, n, d = SHAPES["small"]
     caption = (
         f"Seconds in a fresh process with an empty Triton cache, inputs of shape {(*lead, n, d)} (N = {n}, D = {d}): "
         "the first forward and the first backward of one shape class (the slower of causal and not), and a "
         "float32 run of four calls (forward and backward, non-causal then causal)"
     )
+    if before is not None and any(r["commit"] == before for r in rows):
+        caption += f"; where commit {before} was measured too, its seconds → commit {newest}'s"
     at_once = max((r["parallel"] for r in rows if r["parallel"] is not None), default=None)
     if at_once and at_once > 1:
         caption += (

@@ -169,13 +169,12 @@ def test_the_summary_shows_the_newest_commit_per_part_and_dtype(tmp_path):
     _synthetic(tmp_path)
     summary = coldstart.summary(tmp_path)
     lines = [line for line in summary.splitlines() if line.startswith("|")]
-    assert lines[0] == (
-        "| part | fp32, first forward + backward | fp16, first forward + backward | bf16, first forward + backward "
-        "| fp32, four calls |"
-    )
-    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; bf16 never ran.
-    assert lines[2:] == ["| 1 | 5.75 | 5.75 | — | 20 |", "| 2 | 7 | 7 | — | 40 |"]
-    assert "commit aft0002;" in summary and "ran at once" not in summary  # one process at a time
+    # bf16 never ran: no column
+    assert lines[0] == "| part | fp32, first forward + backward | fp16, first forward + backward | fp32, four calls |"
+    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before: float32 ten times slower
+    assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 5.75 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 7 | 400 → 40 |"]
+    assert "commit bef0001 was measured too, its seconds → commit aft0002's" in summary
+    assert "ran at once" not in summary  # one process at a time
     assert report.all_tables(report.part_reports())["cold-start-summary"] is coldstart.summary
 
 
@@ -187,7 +186,7 @@ def test_the_summary_says_when_a_process_was_killed(tmp_path):
             r.update(timeout=45, status="timeout: killed after 45 s (limit 45 s)" if r["step"] == "process" else "ok")
     rows = [r for r in rows if not ((r["part"], r["dtype"], r["causal"]) == (2, "fp32", 1) and "first" in r["step"])]
     results.write_csv(path, rows, coldstart.FIELDS)
-    assert "| 2 | > 45 | 7 | — | 40 |" in coldstart.summary(tmp_path)
+    assert "| 2 | > 45 | 7 | 40 |" in coldstart.summary(tmp_path)  # the newest commit alone: no arrows
 
 
 def test_one_commit_has_one_column_per_step_and_a_cpu_says_interpreter(tmp_path):
@@ -269,20 +268,22 @@ def test_the_table_is_registered_and_the_columns_match_results():
 
 
 @pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
-def test_compile_together_compiles_every_configuration_before_the_launch():
+def test_compile_together_compiles_every_configuration_before_the_launch(tmp_path):
     """common/triton_tools.compile_together on a toy autotuned kernel, in a fresh process (a first
     call's situation): both configurations compiled in the pool's threads, not the caller's, before
     any launch; the launch that follows compiles nothing more and gives the right answer; a second
     call of the same shape class compiles nothing."""
     import json
+    import os
     import subprocess
     import sys
 
     from common import ROOT
 
-    out = subprocess.run(
-        [sys.executable, "-c", COMPILE_TOGETHER], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    script = tmp_path / "compile_together.py"  # a file: Triton reads a jit function's source
+    script.write_text(COMPILE_TOGETHER)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == dict(ahead=2, on_caller=0, cached=2, after_launch=2, right=True, again=2), seen
@@ -290,8 +291,8 @@ def test_compile_together_compiles_every_configuration_before_the_launch():
 
 COMPILE_TOGETHER = """
 import json, threading
+from common import triton_tools  # first: common.runtime sets Triton up before triton loads
 import torch, triton, triton.language as tl
-from common import triton_tools
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"])
 @triton.jit

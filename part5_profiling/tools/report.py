@@ -366,6 +366,58 @@ def table_train_step(gpu_dir):
     )
 
 
+def table_train_summary(gpu_dir):
+    """The training step in one small table: per N and mode, SDPA default's step time and each part's,
+    the last part's speed against SDPA default's, and its largest loss difference."""
+    rows, train_step = _train_rows(gpu_dir)
+    parts_ = sorted(
+        {r["impl"] for r in rows if r["impl"].startswith("part")}, key=lambda i: int(i.removeprefix("part"))
+    )
+    last = parts_[-1]
+    groups = list(dict.fromkeys((r["N"], r["mode"]) for r in rows))
+
+    def row(n, mode, impl):
+        found = [r for r in rows if (r["N"], r["mode"], r["impl"]) == (n, mode, impl)]
+        return found[0] if found else {}
+
+    def ms(r):
+        return "—" if r.get("step_ms") is None else f"{r['step_ms']:.1f}"
+
+    body = []
+    for n, mode in groups:
+        mine = row(n, mode, last)
+        body.append(
+            [
+                n,
+                mode,
+                ms(row(n, mode, train_step.REFERENCE)),
+                *(ms(row(n, mode, impl)) for impl in parts_),
+                "—" if mine.get("vs_sdpa") is None else f"{mine['vs_sdpa']:.2f}x",
+                "—" if mine.get("loss_diff") is None else f"{mine['loss_diff']:.4f}",
+            ]
+        )
+    first = rows[0]
+    names = [train_step.label(i) for i in parts_]
+    ran = sorted({r["attention"] for r in rows if r["impl"] == train_step.REFERENCE and r["attention"]})
+    return "\n".join(
+        [
+            provenance_line(rows, "make train-bench && make report"),
+            "",
+            f"Milliseconds per training step of a {first['layers']}-layer Llama (hidden {first['hidden']}, "
+            f"{first['heads']} heads of D = {first['D']}, {first['dtype']}, B={first['B']}, causal; the median of "
+            f"{first['steps'] - first['warmup']} steps), with SDPA's default backend ({', '.join(ran) or 'as it picks'} here) and with each part; "
+            f"{names[-1]}'s speed against SDPA's (above 1: faster) and its largest loss difference from SDPA's in "
+            f"the first {train_step.COMPARED} steps:",
+            "",
+            markdown_table(
+                ["N", "mode", "SDPA", *names, f"{names[-1]} / SDPA", "loss diff"],
+                body,
+                "rl" + "r" * (len(names) + 3),
+            ),
+        ]
+    )
+
+
 def train_loss_figure(rows, train_step):
     """Top: the loss at every step, one line per implementation and mode (eager solid, compiled
     dashed), a panel per N. Bottom: each loss minus SDPA default's (same mode), with the steps the
@@ -436,6 +488,7 @@ TABLES = {
     "part5-gluon": table_gluon,
     "part5-gluon-bwd": table_gluon_bwd,
     "part5-train-step": table_train_step,
+    "part5-train-summary": table_train_summary,
 }
 
 LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in this order (common/report.py)
