@@ -409,7 +409,7 @@ def arguments(argv=None, compiled=None):
     if compiled is None:
         from common import runtime
 
-        compiled = runtime.HAS_GPU and not runtime.INTERPRET
+        compiled = runtime.COMPILED
     if args.autotune and not args.part:
         ap.error("--autotune needs --part N: the part whose autotuner to measure (make autotune: part 2)")
     default_parts = [n for n in parts.available() if parts.uses_triton(n)]
@@ -432,7 +432,7 @@ def arguments(argv=None, compiled=None):
 def main(argv=None):
     from common import results, runtime
 
-    compiled = runtime.HAS_GPU and not runtime.INTERPRET
+    compiled = runtime.COMPILED
     args = arguments(argv, compiled)
     if args.autotune:
         if not compiled:

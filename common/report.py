@@ -667,15 +667,21 @@ def fill_code(text, root=None):
 REPORT_MODULES = ("report", "tools.report")  # where a part keeps its report module, inside its folder
 
 
+def _part_modules(names):
+    """The modules of each part folder found under any of `names` ("report" or "tools.report": its
+    top or its tools/ subfolder), imported, in part order."""
+    return [
+        importlib.import_module(f"{folder.name}.{name}")
+        for folder in parts.folders().values()
+        for name in names
+        if (folder / (name.replace(".", "/") + ".py")).exists()
+    ]
+
+
 def part_reports():
     """Each part's own report module (part<N>_<topic>/report.py or part<N>_<topic>/tools/report.py), in
     part order."""
-    found = []
-    for folder in parts.folders().values():
-        for name in REPORT_MODULES:
-            if (folder / (name.replace(".", "/") + ".py")).exists():
-                found.append(importlib.import_module(f"{folder.name}.{name}"))
-    return found
+    return _part_modules(REPORT_MODULES)
 
 
 def all_tables(reports):
@@ -729,12 +735,7 @@ FIGURE_MODULES = ("figures", "tools.figures")  # where a part keeps its figures 
 def figure_modules():
     """Each part's figures.py, at its top or in its tools/ subfolder (pictures drawn from code, not
     from results: draw() -> the files it wrote), in part order."""
-    return [
-        importlib.import_module(f"{folder.name}.{name}")
-        for folder in parts.folders().values()
-        for name in FIGURE_MODULES
-        if (folder / (name.replace(".", "/") + ".py")).exists()
-    ]
+    return _part_modules(FIGURE_MODULES)
 
 
 # ------------------------------------------------------------------------------------ the results logs

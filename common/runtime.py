@@ -25,6 +25,7 @@ if not HAS_GPU and "TRITON_INTERPRET" not in os.environ:
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+COMPILED = HAS_GPU and not INTERPRET  # Triton compiles and launches for real: what timings and studies need
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 
 

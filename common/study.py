@@ -47,7 +47,7 @@ def arguments(doc, argv=None, n=None, d=None, causal=False, extra=()):
 
 def on_gpu(what):
     """True on a CUDA GPU with compiled kernels; otherwise print that `what` needs one and return False."""
-    if runtime.HAS_GPU and not runtime.INTERPRET:
+    if runtime.COMPILED:
         return True
     print(f"{what}: it needs a CUDA GPU (Triton's interpreter on a CPU times nothing).")
     return False

@@ -351,7 +351,7 @@ def main(target, description, argv=None):
         help="these configurations instead of the product above, e.g. 128x64w4s2 64x64w4s1",
     )
     args = ap.parse_args(argv)
-    if not runtime.HAS_GPU or runtime.INTERPRET:
+    if not runtime.COMPILED:
         print("The sweep times compiled kernels and needs a CUDA GPU (the interpreter cannot time anything).")
         return 0
     target.dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[args.dtype]

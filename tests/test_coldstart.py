@@ -7,9 +7,8 @@ import time
 import pytest
 
 from common import coldstart, report, results
-from common.runtime import HAS_GPU, INTERPRET
+from common.runtime import COMPILED
 
-COMPILED = HAS_GPU and not INTERPRET
 META = dict(torch="2.x", triton="3.x", command="python -m common.coldstart", parallel=1, timeout=600)
 
 

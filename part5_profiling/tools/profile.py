@@ -451,7 +451,7 @@ def main(argv=None):
     targets += [f"sdpa_{b}" for b in args.sdpa or ()]
     if not targets:
         ap.error("name what to profile: --part N and/or --sdpa BACKEND")
-    if not runtime.HAS_GPU or runtime.INTERPRET:
+    if not runtime.COMPILED:
         print(
             "Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
             "README and walkthrough show the committed results."
