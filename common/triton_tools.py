@@ -179,21 +179,15 @@ def direct_launcher(compiled, tail):
     return launch
 
 
-def _async_mode(pool):
-    try:
-        return AsyncCompileMode(pool, ignore_errors=True)  # 3.6 to 3.9: a failed compile is left to the launch
-    except TypeError:  # an AsyncCompileMode without the keyword raises on exit, which compile_together catches
-        return AsyncCompileMode(pool)
-
-
 def compile_together(calls, first_calls=None, key=None):
     """Compile every binary a set of launches is about to need, all at once, before the launches.
 
     calls: (kernel, args, constexprs) for each launch the caller is about to make, with the arguments
-    it will make it with (a grid is not needed). An @triton.autotune kernel gets every configuration
-    its pruning keeps (what its first call would compile and time, one by one), a plain jit kernel
-    its one binary. first_calls and key: a set the caller keeps and its shape class; given, only the
-    first call of a class compiles (one set lookup after that).
+    it will make it with (a grid is not needed); or a function returning that list, called only when
+    something is to be compiled (a later call of the class then pays one set lookup). An
+    @triton.autotune kernel gets every configuration its pruning keeps (what its first call would
+    compile and time, one by one), a plain jit kernel its one binary. first_calls and key: a set the caller keeps and its shape class; given, only the
+    first call of a class compiles.
 
     Compiling a configuration is seconds of the compiler's passes and ptxas (a separate process),
     much of it outside Python's lock, so a pool of threads builds several in about the time of the
@@ -201,19 +195,20 @@ def compile_together(calls, first_calls=None, key=None):
     time) them. Nothing changes what runs: on any failure here, or under the interpreter, or on a
     Triton without AsyncCompileMode, the launches compile one by one as they always did (and raise,
     if a kernel does not compile, from there).
-    3.6 to 3.9: with AsyncCompileMode(executor) active, JITFunction.warmup(*args, grid=...) submits
-    its compile to the executor and leaves a future in the kernel cache, which the mode resolves on
-    exit; Autotuner.warmup warms every configuration prune_configs keeps."""
+    3.6 to 3.9: with AsyncCompileMode(executor, ignore_errors=True) active,
+    JITFunction.warmup(*args, grid=...) submits its compile to the executor and leaves a future in
+    the kernel cache, which the mode resolves on exit; Autotuner.warmup warms every configuration
+    prune_configs keeps."""
     if first_calls is not None:
         if key in first_calls:
             return
         first_calls.add(key)
     if runtime.INTERPRET or AsyncCompileMode is None:
         return
-    calls = list(calls)
+    calls = list(calls() if callable(calls) else calls)
     try:
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            with _async_mode(pool):
+            with AsyncCompileMode(pool, ignore_errors=True):  # a failed compile is left to the launch
                 for kernel, args, constexprs in calls:
                     kernel.warmup(*args, grid=(1,), **constexprs)
     except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)

@@ -246,11 +246,6 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-# The shape classes whose kernels are compiled (triton_tools.compile_together): a first call compiles
-# them all at once, later calls find them in Triton's cache.
-_compiled = set()
-
-
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
@@ -261,12 +256,7 @@ def flash_forward(Q, K, V, is_causal):
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    args = (q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
-    # The first call of a shape class compiles every configuration the autotuner will time, side by side
-    triton_tools.compile_together(
-        [(_attn_fwd, args, meta)], _compiled, ("fwd", q.device, q.dtype, d, is_causal, args[8])
-    )
-    _attn_fwd[grid](*args, **meta)
+    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 
 
@@ -652,6 +642,11 @@ def _attn_bwd_dq(
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 
+# The shape classes whose backward kernels are compiled (triton_tools.compile_together): a first call
+# compiles the three at once, later calls find them in Triton's cache.
+_compiled = set()
+
+
 @library.traceable
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
@@ -666,14 +661,18 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     dq = dq32 if atomic_dq else torch.empty_like(q)
     args = (n_q, n_k, n_seqs, n_bucket(n_q, n_k), d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    launches = [
-        (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=d, BLOCK_M=64)),
-        (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
-        (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
-    ][: 2 if atomic_dq else 3]
-    # The first call of a shape class compiles the kernels (every configuration each autotuner will
-    # time) side by side, not one after the other as the launches below would
-    triton_tools.compile_together(launches, _compiled, ("bwd", q.device, q.dtype, d, is_causal, args[3], atomic_dq))
+
+    # A shape class's first call compiles the kernels (every configuration each autotuner will time)
+    # side by side, not one after the other as the launches below would
+    def launches():
+        calls = [
+            (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=d, BLOCK_M=64)),
+            (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
+            (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
+        ]
+        return calls[:2] if atomic_dq else calls
+
+    triton_tools.compile_together(launches, _compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
     _attn_bwd_preprocess[(triton.cdiv(n_q, 64) * n_seqs,)](o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     grid_dkdv = lambda META: (triton.cdiv(n_k, META["BLOCK_N"]) * n_seqs,)  # noqa: E731
     _attn_bwd_dkdv[grid_dkdv](q, k, v, do, lse, delta, dk, dv, dq32, *args, ATOMIC_DQ=atomic_dq, **meta)

@@ -269,9 +269,6 @@ def _flat(t):
     return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else _as_sequences(t)
 
 
-# The shape classes whose `tl` kernels are compiled (triton_tools.compile_together, as in part 4).
-_compiled = set()
-
 # (Q.shape, K.shape, dtype, device, causal, GLUON) -> what flash_forward launches for such a call:
 # which kernel, the Launch key, the grid, the run-time arguments after the tensors, the constexprs
 # and the label. All of it follows from those values alone (strides are _flat's business), so a
@@ -303,8 +300,7 @@ def flash_forward(Q, K, V, is_causal):
     set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal, GLUON)
     plan = _plans.get(signature)
-    first = plan is None
-    if first:
+    if plan is None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
@@ -312,8 +308,6 @@ def flash_forward(Q, K, V, is_causal):
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty_like(q)
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
-    if first and not gluon:  # a new shape class compiles the configurations the autotuner will time, side by side
-        triton_tools.compile_together([(_attn_fwd, (q, k, v, o, lse, *tail), meta)], _compiled, ("fwd", *key))
     (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
     return o.view(Q.shape), lse
@@ -722,6 +716,11 @@ def backward_label():
     return _last_backward["label"]
 
 
+# The shape classes whose backward kernels are compiled (triton_tools.compile_together): a first call
+# compiles the three at once, later calls find them in Triton's cache.
+_compiled = set()
+
+
 @library.traceable
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
@@ -746,13 +745,18 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     args = (n_q, n_k, n_seqs, bucket, d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (q.device, q.dtype, d, is_causal, bucket)
-    if (*key, atomic_dq) not in _compiled:  # a new shape class: its kernels compiled side by side, as in part 4
-        launches = [
+
+    # A shape class's first call compiles the kernels (every configuration each autotuner will time)
+    # side by side, not one after the other as the launches below would
+    def launches():
+        calls = [
             (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=d, BLOCK_M=64)),
             (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
             (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
-        ][: 2 if atomic_dq else 3]
-        triton_tools.compile_together(launches, _compiled, (*key, atomic_dq))
+        ]
+        return calls[:2] if atomic_dq else calls
+
+    triton_tools.compile_together(launches, _compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     _launch_preprocess((q.device, q.dtype, d), programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_seqs  # noqa: E731
