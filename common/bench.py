@@ -44,12 +44,7 @@ MODES = ("fwd", "fwd+bwd", "bwd")
 FIELDS = [
     "impl",
     "part",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "mode",
     "ms",
     "tflops",

@@ -22,6 +22,9 @@ from common import PROVENANCE, ROOT, runtime
 RESULTS = ROOT / "results"
 NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
 
+# The columns that say which attention shape a timing row is, in the order the timing CSVs use.
+SHAPE_FIELDS = ["B", "H", "N", "D", "dtype", "causal"]
+
 
 def results_dir(gpu=None):
     """results/<gpu>/ for the GPU named (e.g. "h200"); by default this machine's GPU, or

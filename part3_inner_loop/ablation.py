@@ -25,12 +25,7 @@ SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
     "step",
     "label",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "ms",
     "tflops",
     "graph_ms",

@@ -30,12 +30,7 @@ SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
     "order",
     "shipped",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "ms",
     "tflops",
     "graph_ms",

@@ -24,12 +24,7 @@ SEQ_LENS = (1024, 4096)
 REPEATS = 5
 FIELDS = [
     "variant",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "ms",
     "tflops",
     "bitwise_repeatable",

@@ -27,12 +27,7 @@ SEQ_LENS = (4096, 16384)
 BWD_CANDIDATES = {"part 4": False, "dQ by TMA reduce-add": True}  # name -> backward_variants' dq_by_tma
 FIELDS = [
     "candidate",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "graph_ms",
     "graph_tflops",
     "speedup",
@@ -68,12 +63,7 @@ def run(seq_lens, names=None, save=None):
 
 BWD_FIELDS = [
     "candidate",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "graph_ms",
     "graph_tflops",
     "speedup",

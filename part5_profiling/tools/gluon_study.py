@@ -40,12 +40,7 @@ HEAD_DIMS = (64, 128)
 REGISTERS = {2: 232, 3: 160}  # per thread of each extra warpgroup: the register file is 64K x 32 bit
 FIELDS = [
     "variant",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "graph_ms",
     "graph_tflops",
     "vs_cudnn",
@@ -55,12 +50,7 @@ FIELDS = [
 KEY = ("variant", "N", "D", "causal")
 BWD_FIELDS = [
     "candidate",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "graph_ms",
     "graph_tflops",
     "speedup",

@@ -28,12 +28,7 @@ B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
 FIELDS = [
     "variant",
-    "B",
-    "H",
-    "N",
-    "D",
-    "dtype",
-    "causal",
+    *results.SHAPE_FIELDS,
     "graph_ms",
     "graph_tflops",
     "delta_us",
