@@ -15,6 +15,7 @@ from common import runtime  # noqa: F401, I001
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
 from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
@@ -179,37 +180,66 @@ def direct_launcher(compiled, tail):
     return launch
 
 
-def compile_together(calls, first_calls=None, key=None):
+def compile_together(calls, first_calls=None, key=None, ahead=None):
     """Compile every binary a set of launches is about to need, all at once, before the launches.
 
     calls: (kernel, args, constexprs) for each launch the caller is about to make, with the arguments
     it will make it with (a grid is not needed); or a function returning that list, called only when
-    something is to be compiled (a later call of the class then pays one set lookup). An
+    something is to be compiled (a later call of the class then pays one dict lookup). An
     @triton.autotune kernel gets every configuration its pruning keeps (what its first call would
-    compile and time, one by one), a plain jit kernel its one binary. first_calls and key: a set the caller keeps and its shape class; given, only the
-    first call of a class compiles.
+    compile and time, one by one), a plain jit kernel its one binary. first_calls and key: a dict the
+    caller keeps and its shape class; given, only the first call of a class compiles.
+    ahead: a torch.device: return at once and compile on a background thread (for that device), so
+    that the compile runs while the caller goes on; the caller keeps the tensors in `calls` alive
+    until then (a function in `calls` holding them does). A later call with the same first_calls and
+    key waits for that compile to finish, then returns.
 
     Compiling a configuration is seconds of the compiler's passes and ptxas (a separate process),
     much of it outside Python's lock, so a pool of threads builds several in about the time of the
     slowest; the launches that follow find them in Triton's cache and only load (and the autotuner
     time) them. Nothing changes what runs: on any failure here, or under the interpreter, or on a
     Triton without AsyncCompileMode, the launches compile one by one as they always did (and raise,
-    if a kernel does not compile, from there).
+    if a kernel does not compile, from there). A launch made while its kernel is still compiling
+    ahead compiles it again on its own thread (Triton's cache holds only finished binaries).
     3.6 to 3.9: with AsyncCompileMode(executor, ignore_errors=True) active,
     JITFunction.warmup(*args, grid=...) submits its compile to the executor and leaves a future in
     the kernel cache, which the mode resolves on exit; Autotuner.warmup warms every configuration
-    prune_configs keeps."""
+    prune_configs keeps. The mode is a context variable, one per thread."""
     if first_calls is not None:
         if key in first_calls:
+            started = first_calls[key]
+            if started is not None:
+                started.result()  # compiling ahead: wait for it (it raises nothing)
             return
-        first_calls.add(key)
+        first_calls[key] = None
     if runtime.INTERPRET or AsyncCompileMode is None:
         return
-    calls = list(calls() if callable(calls) else calls)
+    if ahead is None:
+        _compile(calls)
+        return
+    started = _background().submit(_compile, calls, ahead)
+    if first_calls is not None:
+        first_calls[key] = started
+
+
+def _compile(calls, device=None):
+    """compile_together's work, on the caller's thread or (device given) on the background one."""
     try:
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        if device is not None:
+            torch.cuda.set_device(device)  # a new thread starts on device 0; warmup compiles for the current one
+        calls = list(calls() if callable(calls) else calls)
+        with ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="compile-together") as pool:
             with AsyncCompileMode(pool, ignore_errors=True):  # a failed compile is left to the launch
                 for kernel, args, constexprs in calls:
                     kernel.warmup(*args, grid=(1,), **constexprs)
     except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
         pass
+
+
+_ahead = []  # the one background thread compile_together(..., ahead=device) uses, made on first use
+
+
+def _background():
+    if not _ahead:
+        _ahead.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead"))
+    return _ahead[0]

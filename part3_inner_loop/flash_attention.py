@@ -249,6 +249,12 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+# The shape classes whose configurations are compiled (triton_tools.compile_together): the first call
+# of a class compiles every configuration the autotuner will time side by side, not one by one as
+# its timing loop would; later calls find them in Triton's cache.
+_compiled = {}
+
+
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
@@ -259,7 +265,9 @@ def flash_forward(Q, K, V, is_causal):
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5, **meta)
+    args = (q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
+    triton_tools.compile_together([(_attn_fwd, args, meta)], _compiled, (q.device, q.dtype, d, is_causal, args[-2]))
+    _attn_fwd[grid](*args, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 
 

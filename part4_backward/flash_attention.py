@@ -246,6 +246,12 @@ def _as_sequences(t):
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
+# The shape classes whose configurations are compiled (triton_tools.compile_together): the first call
+# of a class compiles every configuration the autotuner will time side by side, not one by one as
+# its timing loop would; later calls find them in Triton's cache.
+_compiled = {}
+
+
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
@@ -256,7 +262,9 @@ def flash_forward(Q, K, V, is_causal):
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5, **meta)
+    args = (q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
+    triton_tools.compile_together([(_attn_fwd, args, meta)], _compiled, (q.device, q.dtype, d, is_causal, args[-2]))
+    _attn_fwd[grid](*args, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 
 
@@ -642,9 +650,46 @@ def _attn_bwd_dq(
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 
-# The shape classes whose backward kernels are compiled (triton_tools.compile_together): a first call
-# compiles the three at once, later calls find them in Triton's cache.
-_compiled = set()
+# The shape classes whose backward kernels are compiled (triton_tools.compile_together): the first
+# call of a class compiles them at once, or finds them compiling since its forward (see
+# compile_backward_ahead); later calls find them in Triton's cache.
+_bwd_compiled = {}
+
+
+def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq):
+    """The backward's launches as compile_together takes them, (kernel, arguments, constexprs): every
+    configuration each autotuner will time is compiled side by side, not one after the other as
+    the launches would."""
+    n_q, n_seqs = args[0], args[2]
+    calls = [
+        (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=meta["D"], BLOCK_M=64)),
+        (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
+        (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
+    ]
+    return calls[:2] if atomic_dq else calls
+
+
+def compile_backward_ahead(Q, K, V, O, L, is_causal):
+    """Start compiling the backward's kernels for this forward's shape class on a background thread,
+    while the forward runs and the caller goes on: the first backward waits only for what is left.
+    FlashAttention.forward calls it when a gradient is wanted. The forward's tensors stand in for
+    the backward's (O for dO, L for D, K for dK, ...): the compiler sees of a tensor its dtype and
+    whether its address is 16-byte aligned, and those are the same."""
+    if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
+        return
+    n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
+    key = (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
+    if key in _bwd_compiled:
+        return
+
+    def kernels():  # on the background thread
+        q, k, v, o = (_as_sequences(t) for t in (Q, K, V, O))
+        lse, dq32 = L.reshape(q.shape[0], n_q), torch.zeros(0, dtype=torch.float32, device=q.device)
+        args = (n_q, n_k, q.shape[0], key[4], d**-0.5)
+        meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
+        return _bwd_kernels(q, k, v, o, o, lse, lse, k, v, dq32, q, args, meta, False)
+
+    triton_tools.compile_together(kernels, _bwd_compiled, key, ahead=Q.device)
 
 
 @library.traceable
@@ -661,18 +706,8 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     dq = dq32 if atomic_dq else torch.empty_like(q)
     args = (n_q, n_k, n_seqs, n_bucket(n_q, n_k), d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-
-    # A shape class's first call compiles the kernels (every configuration each autotuner will time)
-    # side by side, not one after the other as the launches below would
-    def launches():
-        calls = [
-            (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=d, BLOCK_M=64)),
-            (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
-            (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
-        ]
-        return calls[:2] if atomic_dq else calls
-
-    triton_tools.compile_together(launches, _compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
+    kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
+    triton_tools.compile_together(kernels, _bwd_compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
     _attn_bwd_preprocess[(triton.cdiv(n_q, 64) * n_seqs,)](o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     grid_dkdv = lambda META: (triton.cdiv(n_k, META["BLOCK_N"]) * n_seqs,)  # noqa: E731
     _attn_bwd_dkdv[grid_dkdv](q, k, v, do, lse, delta, dk, dv, dq32, *args, ATOMIC_DQ=atomic_dq, **meta)
@@ -689,6 +724,8 @@ class FlashAttention(torch.autograd.Function):
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
         O, L = flash_forward(Q, K, V, is_causal)
+        if any(ctx.needs_input_grad):
+            compile_backward_ahead(Q, K, V, O, L, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal
         return O

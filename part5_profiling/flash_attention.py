@@ -269,6 +269,11 @@ def _flat(t):
     return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else _as_sequences(t)
 
 
+# The shape classes whose configurations are compiled (triton_tools.compile_together): the first call
+# of a class compiles every configuration the autotuner will time side by side, not one by one as
+# its timing loop would; later calls find them in Triton's cache.
+_compiled = {}
+
 # (Q.shape, K.shape, dtype, device, causal, GLUON) -> what flash_forward launches for such a call:
 # which kernel, the Launch key, the grid, the run-time arguments after the tensors, the constexprs
 # and the label. All of it follows from those values alone (strides are _flat's business), so a
@@ -300,7 +305,8 @@ def flash_forward(Q, K, V, is_causal):
     set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal, GLUON)
     plan = _plans.get(signature)
-    if plan is None:
+    new = plan is None
+    if new:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
         plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
@@ -308,6 +314,8 @@ def flash_forward(Q, K, V, is_causal):
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty_like(q)
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
+    if new and not gluon:  # the autotuner's configurations, compiled together (once per shape class)
+        triton_tools.compile_together([(_attn_fwd, (q, k, v, o, lse, *tail), meta)], _compiled, key)
     (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
     return o.view(Q.shape), lse
@@ -716,9 +724,67 @@ def backward_label():
     return _last_backward["label"]
 
 
-# The shape classes whose backward kernels are compiled (triton_tools.compile_together): a first call
-# compiles the three at once, later calls find them in Triton's cache.
-_compiled = set()
+# The shape classes whose backward kernels are compiled (triton_tools.compile_together): the first
+# call of a class compiles them at once, or finds them compiling since its forward (see
+# compile_backward_ahead); later calls find them in Triton's cache.
+_bwd_compiled = {}
+
+
+def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq):
+    """The backward's launches as compile_together takes them, (kernel, arguments, constexprs): every
+    configuration each autotuner will time is compiled side by side, not one after the other as
+    the launches would."""
+    n_q, n_seqs = args[0], args[2]
+    calls = [
+        (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=meta["D"], BLOCK_M=64)),
+        (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
+        (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
+    ]
+    return calls[:2] if atomic_dq else calls
+
+
+def compile_backward_ahead(Q, K, V, O, L, is_causal):
+    """Start compiling the backward's kernels for this forward's shape class on a background thread,
+    while the forward runs and the caller goes on: the first backward waits only for what is left.
+    FlashAttention.forward calls it when a gradient is wanted. The forward's tensors stand in for
+    the backward's (O for dO, L for D, K for dK, ...): the compiler sees of a tensor its dtype and
+    whether its address is 16-byte aligned, and those are the same."""
+    if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
+        return
+    n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
+    key = (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
+    if GLUON and not torch.are_deterministic_algorithms_enabled() and gluon_backward.supported(Q, is_causal):
+        gluon = _gluon_key(Q, is_causal)  # flash_backward's route to gluon_backward.py
+        if gluon not in _bwd_compiled:
+            kernels = lambda: _gluon_kernels(*(_as_sequences(t) for t in (Q, K, V, O, O)), L, is_causal)  # noqa: E731
+            triton_tools.compile_together(kernels, _bwd_compiled, gluon, ahead=Q.device)
+        return
+    if key in _bwd_compiled:
+        return
+
+    def kernels():  # on the background thread
+        q, k, v, o = (_as_sequences(t) for t in (Q, K, V, O))
+        lse, dq32 = L.reshape(q.shape[0], n_q), torch.zeros(0, dtype=torch.float32, device=q.device)
+        args = (n_q, n_k, q.shape[0], key[4], d**-0.5)
+        meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
+        return _bwd_kernels(q, k, v, o, o, lse, lse, k, v, dq32, q, args, meta, False)
+
+    triton_tools.compile_together(kernels, _bwd_compiled, key, ahead=Q.device)
+
+
+def _gluon_key(q, is_causal):
+    """What makes gluon_backward.py's kernels compile differently: device, dtype, D, causal, program order."""
+    return (q.device, q.dtype, q.shape[-1], is_causal, gluon_backward.default_order(is_causal, q.shape[-2]))
+
+
+def _gluon_kernels(q, k, v, o, do, lse, is_causal):
+    """gluon_backward.py's three launches as compile_together takes them: its launch() run with
+    launchers that write each launch down instead of making it."""
+    calls = []
+    record = lambda kernel: lambda key, programs, *args, **meta: calls.append((kernel, args, meta))  # noqa: E731
+    kernels = (gluon_backward._bwd_prepare, gluon_backward._attn_bwd_ws, gluon_backward._dq_convert)
+    gluon_backward.launch(q, k, v, o, do, lse.reshape(q.shape[:2]), is_causal, launchers=[record(kn) for kn in kernels])
+    return calls
 
 
 @library.traceable
@@ -733,6 +799,8 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     # deterministic algorithms (part 4's kernels give the same bits on every call)
     repeatable = torch.are_deterministic_algorithms_enabled()
     if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(q, is_causal):
+        kernels = lambda: _gluon_kernels(q, k, v, o, do, lse, is_causal)  # noqa: E731
+        triton_tools.compile_together(kernels, _bwd_compiled, _gluon_key(q, is_causal))
         dq, dk, dv = _gluon_backward(q, k, v, o, do, lse, is_causal)
         _last_backward["label"] = "gluon"
         return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
@@ -746,17 +814,8 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (q.device, q.dtype, d, is_causal, bucket)
 
-    # A shape class's first call compiles the kernels (every configuration each autotuner will time)
-    # side by side, not one after the other as the launches below would
-    def launches():
-        calls = [
-            (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=d, BLOCK_M=64)),
-            (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
-            (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
-        ]
-        return calls[:2] if atomic_dq else calls
-
-    triton_tools.compile_together(launches, _compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
+    kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
+    triton_tools.compile_together(kernels, _bwd_compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     _launch_preprocess((q.device, q.dtype, d), programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_seqs  # noqa: E731
@@ -774,6 +833,8 @@ class FlashAttention(torch.autograd.Function):
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
         O, L = flash_forward(Q, K, V, is_causal)
+        if any(ctx.needs_input_grad):
+            compile_backward_ahead(Q, K, V, O, L, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal
         return O

@@ -266,6 +266,20 @@ def test_the_table_is_registered_and_the_columns_match_results():
     assert set(coldstart.KEY) <= set(coldstart.FIELDS) and "commit" in coldstart.KEY
 
 
+@pytest.mark.skipif(COMPILED, reason="the interpreter's case")
+def test_compile_together_under_the_interpreter_compiles_nothing_and_starts_no_thread():
+    """Nothing compiles under the interpreter: compile_together, ahead or not, neither asks for the
+    launches nor starts the background thread, and remembers the class (a later call returns at once)."""
+    import torch
+
+    from common import triton_tools
+
+    asked, seen = [], {}
+    triton_tools.compile_together(lambda: asked.append(1) or [], seen, "class", ahead=torch.device("cpu"))
+    triton_tools.compile_together(lambda: asked.append(1) or [], seen, "class")
+    assert seen == {"class": None} and asked == [] and triton_tools._ahead == []
+
+
 @pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
 def test_compile_together_compiles_every_configuration_before_the_launch(tmp_path):
     """common/triton_tools.compile_together on a toy autotuned kernel, in a fresh process (a first
@@ -305,7 +319,7 @@ fn = triton_tools.jit_function(_double)
 cache = fn.device_caches[x.device.index][0]  # 3.6 to 3.9: (kernel cache, ...) per device; made here
 threads, compile_ = [], fn.compile
 fn.compile = lambda *a, **k: threads.append(threading.get_ident()) or compile_(*a, **k)
-seen, calls = set(), [(_double, (x, y, x.numel()), {})]
+seen, calls = {}, [(_double, (x, y, x.numel()), {})]
 triton_tools.compile_together(calls, seen, "class")
 ahead, cached = len(threads), len(cache)
 _double[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
@@ -313,4 +327,62 @@ after_launch = len(threads)
 triton_tools.compile_together(calls, seen, "class")
 print(json.dumps(dict(ahead=ahead, on_caller=threads.count(threading.get_ident()), cached=cached,
                       after_launch=after_launch, right=bool(torch.equal(y, 2 * x)), again=len(threads))))
+"""
+
+
+@pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
+@pytest.mark.only_parts(4, 5)
+@pytest.mark.parametrize("dtype, causal", [("float32", 1), ("bfloat16", 0), ("bfloat16", 1)])
+def test_the_backward_compiles_ahead_while_the_forward_runs(part, dtype, causal, tmp_path):
+    """Parts 4 and 5: a forward whose inputs want gradients starts compiling the backward's kernels
+    on a background thread (compile_backward_ahead), in a fresh process with an empty Triton cache:
+    when the forward returns, one compile is under way; the backward that follows waits for it, and
+    every backward kernel is compiled by compile_together's pool (none on the caller's thread or
+    autograd's); the gradients pass the float64 check. Part 5's bf16 calls go to its Gluon
+    backward, its float32 call to part 4's kernels."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from common import ROOT
+
+    script = tmp_path / "ahead.py"
+    script.write_text(AHEAD)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    cmd = [sys.executable, str(script), str(part), dtype, str(causal)]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["started"] == 1 and seen["compiles"] >= 3 and seen["elsewhere"] == [], seen
+    assert seen["check"].startswith("ok"), seen
+    assert seen["route"] == ("gluon" if (part, dtype) == (5, "bfloat16") else "tl"), seen
+
+
+AHEAD = """
+import json, sys, threading
+from common import parts, triton_tools  # first: common.runtime sets Triton up before triton loads
+import torch
+from common.check import check_outputs, verdict
+from common.inputs import Shape, make_inputs
+
+part, dtype, causal = int(sys.argv[1]), getattr(torch, sys.argv[2]), sys.argv[3] == "1"
+m = parts.load(part)
+kernels = [m._attn_bwd_preprocess, m._attn_bwd_dkdv, m._attn_bwd_dq]
+if part == 5:
+    from part5_profiling import gluon_backward as g
+    kernels += [g._bwd_prepare, g._attn_bwd_ws, g._dq_convert]
+threads = []
+for kernel in kernels:  # every compile of a backward kernel, by the name of its thread
+    fn = triton_tools.jit_function(kernel)
+    fn.compile = lambda *a, _compile=fn.compile, **k: threads.append(threading.current_thread().name) or _compile(*a, **k)
+q, k, v, do = make_inputs(Shape((2, 3), 256, 256, 64), dtype, "cuda")
+leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+o = m.FlashAttention.apply(*leaves, causal)
+started = sum(f is not None and not f.done() for f in m._bwd_compiled.values())
+dq, dk, dv = torch.autograd.grad(o, leaves, do)  # waits for the compile under way, launches
+route = m.backward_label() if part == 5 else "tl"
+report = check_outputs(dict(O=o.detach(), dQ=dq, dK=dk, dV=dv), q, k, v, do, causal)
+print(json.dumps(dict(started=started, compiles=len(threads), elsewhere=[t for t in threads if not t.startswith("compile-together")],
+                      check=verdict(report), route=route)))
 """
