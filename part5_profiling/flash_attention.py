@@ -351,18 +351,24 @@ BWD_DQ = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 32}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32, as in the forward (FLOAT32): small tiles, one per head dim. dQ's from its float32 sweep
-# (results/h200/part4_dq_fp32_sweep.csv, `python -m part4_backward.sweep --kernel dq --dtype fp32
-# --configs ...`: the 16-bit tiles at 1.4-1.8 TFLOP/s at D = 64, 32x16 w4 s1 at 5); dK/dV's, at D = 64,
-# the fastest of a float32 sweep cut short (its rows were not kept), at D = 128 a smaller tile that
-# fits an Ada GPU's 99 KB: a full float32 sweep of the dK/dV kernel is still to run.
-BWD_DKDV_FLOAT32 = {
-    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),
-    128: triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+# Float32, as in the forward (FLOAT32): small tiles, one per head dim and causal flag, from float32
+# sweeps (`python -m part4_backward.sweep --kernel dq|dkdv --dtype fp32 --configs ...`). dQ
+# (results/h200/part4_dq_fp32_sweep.csv): the 16-bit tiles at 1.4-1.8 TFLOP/s at D = 64, 32x16 w4 s1
+# at 5. dK/dV (part4_dkdv_fp32_sweep.csv): causal, the tiles that suit the non-causal loop spill
+# by the thousand and take 9-22 s to compile (32x64 w4 s2 at D = 64: 1.8 TFLOP/s, 9 s); the small
+# ones below run 3.5x and 1.3x faster and compile in 2.6 and 4.8 s.
+BWD_DKDV_FLOAT32 = {  # (D, causal)
+    (64, False): triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, num_warps=4, num_stages=2),
+    (64, True): triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+    (128, False): triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+    (128, True): triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=2),
 }
+_DQ_FLOAT32 = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)  # one for all four
 BWD_DQ_FLOAT32 = {
-    64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
-    128: triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1),
+    (64, False): _DQ_FLOAT32,
+    (64, True): _DQ_FLOAT32,
+    (128, False): _DQ_FLOAT32,
+    (128, True): _DQ_FLOAT32,
 }
 BWD_DKDV_CONFIGS = (
     [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
@@ -391,7 +397,7 @@ def bwd_fits_in_smem(streamed):
 
     def prune(configs, named_args, **kwargs):
         elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
-        tile = float32[128 if d > 64 else 64]
+        tile = float32[128 if d > 64 else 64, kwargs["IS_CAUSAL"]]
         if elem_bytes == 4 and any(c is tile for c in configs):
             return [tile]
         configs = [c for c in configs if all(c is not t for t in float32.values())] or configs
@@ -743,31 +749,28 @@ def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomi
     return calls[:2] if atomic_dq else calls
 
 
-def compile_backward_ahead(Q, K, V, O, L, is_causal):
-    """Start compiling the backward's kernels for this forward's shape class on a background thread,
-    while the forward runs and the caller goes on: the first backward waits only for what is left.
-    FlashAttention.forward calls it when a gradient is wanted. The forward's tensors stand in for
-    the backward's (O for dO, L for D, K for dK, ...): the compiler sees of a tensor its dtype and
-    whether its address is 16-byte aligned, and those are the same."""
+def compile_backward_ahead(Q, K, V, is_causal):
+    """Start compiling the backward's kernels for this call's shape class on a background thread,
+    before the forward compiles its own: the two compile side by side, and the first backward
+    waits only for what is left. FlashAttention.forward calls it when a gradient is wanted. Q
+    stands in for O and dO, K for dK, a new float32 tensor for L and D: what the compiler sees of
+    a tensor is its dtype and whether its address is 16-byte aligned, and those are the same."""
     if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
         return
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    key = (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
-    if GLUON and not torch.are_deterministic_algorithms_enabled() and gluon_backward.supported(Q, is_causal):
-        gluon = _gluon_key(Q, is_causal)  # flash_backward's route to gluon_backward.py
-        if gluon not in _bwd_compiled:
-            kernels = lambda: _gluon_kernels(*(_as_sequences(t) for t in (Q, K, V, O, O)), L, is_causal)  # noqa: E731
-            triton_tools.compile_together(kernels, _bwd_compiled, gluon, ahead=Q.device)
-        return
+    gluon = GLUON and not torch.are_deterministic_algorithms_enabled() and gluon_backward.supported(Q, is_causal)
+    key = _gluon_key(Q, is_causal) if gluon else (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
     if key in _bwd_compiled:
         return
 
     def kernels():  # on the background thread
-        q, k, v, o = (_as_sequences(t) for t in (Q, K, V, O))
-        lse, dq32 = L.reshape(q.shape[0], n_q), torch.zeros(0, dtype=torch.float32, device=q.device)
+        q, k, v = (_as_sequences(t) for t in (Q, K, V))
+        lse, dq32 = (torch.empty(shape, dtype=torch.float32, device=q.device) for shape in (q.shape[:-1], 0))
+        if gluon:  # flash_backward's route to gluon_backward.py
+            return _gluon_kernels(q, k, v, q, q, lse, is_causal)
         args = (n_q, n_k, q.shape[0], key[4], d**-0.5)
         meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-        return _bwd_kernels(q, k, v, o, o, lse, lse, k, v, dq32, q, args, meta, False)
+        return _bwd_kernels(q, k, v, q, q, lse, lse, k, v, dq32, q, args, meta, False)
 
     triton_tools.compile_together(kernels, _bwd_compiled, key, ahead=Q.device)
 
@@ -832,9 +835,9 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
+        if any(ctx.needs_input_grad):  # a first call: the backward's kernels compile beside the forward's
+            compile_backward_ahead(Q, K, V, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
-        if any(ctx.needs_input_grad):
-            compile_backward_ahead(Q, K, V, O, L, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal
         return O

@@ -375,6 +375,7 @@ if part == 5:
 threads = []
 for kernel in kernels:  # every compile of a backward kernel, by the name of its thread
     fn = triton_tools.jit_function(kernel)
+    fn.device_caches[torch.cuda.current_device()]  # 3.6 to 3.9: makes the per-device cache and fn.compile
     fn.compile = lambda *a, _compile=fn.compile, **k: threads.append(threading.current_thread().name) or _compile(*a, **k)
 q, k, v, do = make_inputs(Shape((2, 3), 256, 256, 64), dtype, "cuda")
 leaves = [t.clone().requires_grad_() for t in (q, k, v)]

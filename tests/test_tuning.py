@@ -2,6 +2,8 @@
 its poison-check-time step on real (interpreted) launches, the occupancy model, the autotuner's
 pruning and shape classes, and the Triton adapter."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -150,10 +152,11 @@ def test_float32_gets_its_own_tile_and_16_bit_never_does(part):
         ):
             prune = fa.bwd_fits_in_smem(streamed)
             every = tuned + list(float32.values())
-            for d in (16, 32, 64, 128):
-                tile = float32[128 if d > 64 else 64]
-                assert prune(every, {"Q": fp32}, D=d) == [tile]
-                assert all(c is not t for c in prune(every, {"Q": bf16}, D=d) for t in float32.values())
+            for d, causal in itertools.product((16, 32, 64, 128), (False, True)):
+                tile = float32[128 if d > 64 else 64, causal]
+                assert prune(every, {"Q": fp32}, D=d, IS_CAUSAL=causal) == [tile]
+                kept = prune(every, {"Q": bf16}, D=d, IS_CAUSAL=causal)
+                assert kept and all(c is not t for c in kept for t in float32.values())
                 rows = (tile.kwargs[held], tile.kwargs[streamed])
                 assert fa.bwd_smem_bytes(*rows, max(d, 64), 4, tile.num_stages) <= 99 * 1024
 
