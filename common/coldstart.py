@@ -468,15 +468,31 @@ def _commits_in_order(rows):
     return sorted(first_date, key=lambda c: (_history_position(c), first_date[c]))
 
 
+def _compared(rows):
+    """The commits a table compares, oldest first: the newest, and before it the latest earlier
+    commit measured with as many processes at once (a process that shares the CPU compiles slower,
+    so only runs alike are set side by side)."""
+    commits = _commits_in_order(rows)
+    if not commits:
+        return []
+
+    def at_once(commit):
+        return max((r["parallel"] or 1 for r in rows if r["commit"] == commit), default=1)
+
+    newest = commits[-1]
+    alike = [c for c in commits[:-1] if at_once(c) == at_once(newest)]
+    return [*alike[-1:], newest]
+
+
 def table(gpu_dir):
     """cold_start.csv as a README table: one line per part, dtype, causal flag and shape with the
     first forward, first backward and second call; the four-call scenario below it. Where the file
-    holds more than one commit, the last two side by side: before, then after (in the repository's
+    holds more than one commit, two side by side (_compared): before, then after (in the repository's
     history where git can say, otherwise by the date of their rows)."""
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = read_csv(gpu_dir / FILENAME)
-    commits = _commits_in_order(rows)[-2:]
+    commits = _compared(rows)
     rows = [r for r in rows if r["commit"] in commits]
     by = {(r["commit"], r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"], r["step"]): r for r in rows}
 
@@ -550,12 +566,12 @@ def table(gpu_dir):
 def summary(gpu_dir):
     """cold_start.csv in one small table: per part, the first forward + first backward at the small
     shape in each dtype measured (the slower of causal and not), and the four-call run, at the newest
-    commit; where the commit before it measured the same cell, "before -> after" (the full table,
-    every step of both commits, is `table`)."""
+    commit; where the commit _compared sets before it measured the same cell, "before -> after"
+    (the full table, every step of both commits, is `table`)."""
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    commits = _commits_in_order(rows)[-2:]
+    commits = _compared(rows)
     before, newest = (None, *commits)[-2:]
     rows = [r for r in rows if r["commit"] in commits]
 
@@ -610,6 +626,8 @@ def summary(gpu_dir):
         caption += (
             f". Up to {at_once} such processes ran at once (the CSV's parallel column), sharing the CPU that compiles"
         )
+    elif at_once == 1:
+        caption += ". One process at a time"
     return "\n".join(
         [
             provenance_line(rows, "make coldstart && make report"),

@@ -210,6 +210,20 @@ def test_rows_merge_by_commit(tmp_path, monkeypatch):
     assert sorted((r["commit"], r["seconds"]) for r in _read(tmp_path)) == [("aaa1111", 3.0), ("bbb2222", 2.0)]
 
 
+def test_commits_are_compared_only_with_runs_alike():
+    """A process sharing the CPU compiles slower: the tables set the newest commit beside the latest
+    earlier one measured with as many processes at once, or beside none."""
+
+    def rows(commit, parallel, day):
+        return [dict(commit=commit, parallel=parallel, date=f"2026-01-0{day}T00:00:00Z")]
+
+    found = [*rows("aaa1111", 2, 1), *rows("bbb2222", 1, 2), *rows("ccc3333", 2, 3), *rows("ddd4444", 1, 4)]
+    assert coldstart._compared(found) == ["bbb2222", "ddd4444"]
+    assert coldstart._compared(found[:3]) == ["aaa1111", "ccc3333"]
+    assert coldstart._compared(found[:2]) == ["bbb2222"]
+    assert coldstart._compared([]) == []
+
+
 def test_options():
     args = coldstart.arguments([], compiled=False)
     triton_parts = [n for n in coldstart.parts.available() if coldstart.parts.uses_triton(n)]
@@ -336,7 +350,8 @@ print(json.dumps(dict(ahead=ahead, on_caller=threads.count(threading.get_ident()
 def test_the_backward_compiles_ahead_while_the_forward_runs(part, dtype, causal, tmp_path):
     """Parts 4 and 5: a forward whose inputs want gradients starts compiling the backward's kernels
     on a background thread (compile_backward_ahead), in a fresh process with an empty Triton cache:
-    when the forward returns, one compile is under way; the backward that follows waits for it, and
+    the forward started one such compile (it may have finished by the time the forward returns,
+    since it began before the forward's own); the backward that follows waits for it, and
     every backward kernel is compiled by compile_together's pool (none on the caller's thread or
     autograd's); the gradients pass the float64 check. Part 5's bf16 calls go to its Gluon
     backward, its float32 call to part 4's kernels."""
@@ -380,7 +395,7 @@ for kernel in kernels:  # every compile of a backward kernel, by the name of its
 q, k, v, do = make_inputs(Shape((2, 3), 256, 256, 64), dtype, "cuda")
 leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 o = m.FlashAttention.apply(*leaves, causal)
-started = sum(f is not None and not f.done() for f in m._bwd_compiled.values())
+started = sum(f is not None for f in m._bwd_compiled.values())  # a Future: compiling on the background thread
 dq, dk, dv = torch.autograd.grad(o, leaves, do)  # waits for the compile under way, launches
 route = m.backward_label() if part == 5 else "tl"
 report = check_outputs(dict(O=o.detach(), dQ=dq, dK=dk, dV=dv), q, k, v, do, causal)
