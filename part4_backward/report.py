@@ -160,6 +160,36 @@ def draw(gpu_dir):
     return written
 
 
+def table_fp32_dkdv(gpu_dir):
+    """The dK/dV kernel's float32 sweep, every configuration: TFLOP/s, spilled registers and the
+    seconds it took to compile, fastest first in each (D, causal) group; the tile part 4 ships for
+    float32 (BWD_DKDV_FLOAT32) in bold."""
+    from part4_backward.flash_attention import BWD_DKDV_FLOAT32
+
+    rows = sweep_report.sweep_rows(gpu_dir, "part4_dkdv_fp32")
+    body = []
+    for d, c in sweep_report.groups(rows):
+        shipped = BWD_DKDV_FLOAT32[d, bool(c)]
+        for r in sweep_report.ranked(rows, d, c):
+            label = f"{r['BLOCK_M']} x {r['BLOCK_N']} w{r['num_warps']} s{r['num_stages']}"
+            if (r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]) == (
+                shipped.kwargs["BLOCK_M"],
+                shipped.kwargs["BLOCK_N"],
+                shipped.num_warps,
+                shipped.num_stages,
+            ):
+                label = f"**{label}**"
+            body.append([d, yes_no(c), label, f"{r['tflops']:.1f}", r["spills"], f"{r['compile_s']:.1f}"])
+    header = ["D", "causal", "configuration", "TFLOP/s", "spilled registers", "compile s"]
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs ..."),
+            "",
+            markdown_table(header, body, "lllrrr"),
+        ]
+    )
+
+
 TABLES = {
     "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
     "part4-bwd": lambda g: table_mode(g, "bwd"),
@@ -167,6 +197,7 @@ TABLES = {
         g, "part4_dkdv", "part4_backward.sweep --kernel dkdv", grid_block="BLOCK_N"
     ),
     "part4-sweep-dq": lambda g: sweep_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
+    "part4-fp32-dkdv": table_fp32_dkdv,
     "part4-dq-atomics": table_dq,
     "part4-memory": table_memory,
 }
@@ -199,6 +230,12 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part4_log.md, in th
         "The dQ kernel's sweep",
         "The same sweep for the dQ kernel.",
         "part4-sweep-dq",
+    ),
+    (
+        "Float32: the dK/dV kernel's tiles",
+        "The dK/dV kernel on float32 inputs (IEEE products), B = 4, H = 8, N = 4096: every configuration "
+        "swept, with the registers it spilled and its compile time, which is most of a float32 first backward.",
+        "part4-fp32-dkdv",
     ),
     (
         "Memory",
