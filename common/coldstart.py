@@ -460,12 +460,15 @@ def _history_position(commit):
 
 
 def _commits_in_order(rows):
-    """The commits of the rows, oldest first: in the repository's history where git can say,
-    otherwise by the date of their first row."""
+    """The commits of the rows, oldest first: in the repository's history where git knows every one
+    of them, otherwise (no repository, a commit it does not have) by the date of their first row."""
     first_date = {}
     for r in rows:
         first_date[r["commit"]] = min(first_date.get(r["commit"], r["date"]), r["date"])
-    return sorted(first_date, key=lambda c: (_history_position(c), first_date[c]))
+    position = {c: _history_position(c) for c in first_date}
+    if any(p < 0 for p in position.values()):
+        position = dict.fromkeys(first_date, 0)
+    return sorted(first_date, key=lambda c: (position[c], first_date[c]))
 
 
 def _compared(rows):

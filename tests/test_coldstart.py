@@ -224,6 +224,17 @@ def test_commits_are_compared_only_with_runs_alike():
     assert coldstart._compared([]) == []
 
 
+def test_commits_unknown_to_git_put_every_commit_in_date_order(monkeypatch):
+    """Where git cannot place one commit (a copy without the newest commits, a label of one's own),
+    history cannot order it against the others: every commit is then ordered by date."""
+    rows = [dict(commit=c, date=f"2026-01-0{day}T00:00:00Z") for c, day in (("old", 1), ("mid", 2), ("new", 3))]
+    known = {"old": 10, "mid": 11}  # "new" is unknown to this repository
+    monkeypatch.setattr(coldstart, "_history_position", lambda c: known.get(c, -1))
+    assert coldstart._commits_in_order(rows) == ["old", "mid", "new"]
+    known["new"] = 5  # all known: history wins over the dates
+    assert coldstart._commits_in_order(rows) == ["new", "old", "mid"]
+
+
 def test_options():
     args = coldstart.arguments([], compiled=False)
     triton_parts = [n for n in coldstart.parts.available() if coldstart.parts.uses_triton(n)]
