@@ -90,6 +90,18 @@ def test_launch_cost_groups():
     assert group_of("~") == "PyTorch tensor operations and the rest"
 
 
+def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
+    """launch_cost's one-thread mode: the call runs with autograd's multithreading off (its backward
+    on the calling thread, where cProfile sees it), gives the call's result, and leaves it on after."""
+    import torch
+
+    from part5_profiling.tools.launch_cost import one_thread
+
+    seen = []
+    call = one_thread(lambda: seen.append(torch._C._is_multithreading_enabled()) or "result")
+    assert call() == "result" and seen == [False] and torch._C._is_multithreading_enabled()
+
+
 def test_stage_variants_do_what_they_say():
     """The stages study's switch (forward_variants.STAGE), on ragged causal inputs: the original is
     part 4's forward bit for bit; "P V twice" doubles O; "Q K^T twice" is attention with doubled
@@ -275,15 +287,16 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_launch_cost.csv",
         [
-            dict(part=4, mode=m, N=512, D=128, what=w, group="", us=us, **META)
-            for m, scale in (("fwd", 1), ("bwd", 3))
+            dict(part=p, mode=m, N=512, D=128, what=w, group="", us=us, **META)
+            for p, m, scale in ((4, "fwd", 1), (4, "bwd", 3), ("sdpa_cudnn", "fwd", 0.5))
             for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale), ("call_us", 47.0 * scale))
         ]
         + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
         launch_cost.FIELDS,
     )
     table = report.table_launch_cost(tmp_path)
-    assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 |" in table and "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 |" in table
+    assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 | 2.0x |" in table  # host time against SDPA cuDNN's
+    assert "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 | — |" in table
     assert "| 4 | bwd | autotuner | 9.5 |" in table
 
     write_csv(

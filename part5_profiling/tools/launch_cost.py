@@ -11,13 +11,17 @@ same backward through torch.autograd.grad on a retained graph, as the benchmark'
 on autograd's own thread) and fwd+bwd (the forward and torch.autograd.grad). The same for SDPA's
 flash and cuDNN backends (fwd, "bwd, autograd", fwd+bwd), whose launch path is C++: the yardstick.
 
+"fwd+bwd, one thread" is fwd+bwd with torch.autograd.set_multithreading_enabled(False): autograd
+runs the backward on the calling thread instead of its own device thread, so no hand-off between
+threads is paid, and cProfile, which sees one thread, sees the backward too.
+
 - gpu_us: the call replayed from a CUDA graph (no Python at all), median.
 - host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
   (while the GPU keeps up, this is the time Python and the launch path take).
 - call_us: do_bench's median, what a user's loop sees.
 
-Then where the host time goes, for fwd and bwd (cProfile sees only the calling thread, so not
-autograd's backward): Python's profiler (cProfile) over CALLS calls at the shortest N,
+Then where the host time goes, for fwd, bwd and "fwd+bwd, one thread" (cProfile sees only the
+calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS calls at the shortest N,
 each function's own time added into a few groups by the file it lives in (input checks, the
 autotuner, Triton's launcher, torch.library and autograd, the part's own Python, PyTorch's tensor
 operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
@@ -92,6 +96,19 @@ def host_us(fn, rounds=5):
     return sorted(per_round)[rounds // 2]
 
 
+ONE_THREAD = "fwd+bwd, one thread"
+
+
+def one_thread(fn):
+    """fn with autograd's backward on the calling thread (torch.autograd.set_multithreading_enabled(False))."""
+
+    def call():
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn()
+
+    return call
+
+
 def sdpa_calls(backend, n):
     """{mode: the call to time} for SDPA pinned to one backend, as the benchmark times it: the
     yardstick for host time (its launch path is C++)."""
@@ -100,7 +117,9 @@ def sdpa_calls(backend, n):
     with impls.sdpa_context(backend):  # the bwd mode runs its forward here: on this backend
         # SDPA's backward has no direct call: bench's bwd mode runs it through autograd
         modes = {"fwd": "fwd", "bwd, autograd": "bwd", "fwd+bwd": "fwd+bwd"}
-        return {mode: timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
+        out = {mode: timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
+    out[ONE_THREAD] = one_thread(out["fwd+bwd"])
+    return out
 
 
 def calls(n_part, n):
@@ -121,6 +140,7 @@ def calls(n_part, n):
         impl = impls.part_impl(n_part)
         out["bwd, autograd"] = timed_call(impl, "bwd", q, k, v, do, False)  # the same backward, as training runs it
         out["fwd+bwd"] = timed_call(impl, "fwd+bwd", q, k, v, do, False)
+        out[ONE_THREAD] = one_thread(out["fwd+bwd"])
     return out
 
 
@@ -155,7 +175,7 @@ def run(part_numbers, save=None):
                 continue
             for mode, fn in modes.items():
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
-                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd") and not sdpa
+                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd", ONE_THREAD) and not sdpa
                 try:
                     with context():
                         measured, notes, groups = measure(fn, with_groups=groups_too)

@@ -111,8 +111,8 @@ def table_launch_cost(gpu_dir):
     index = {(r["part"], r.get("mode") or "fwd", r["N"], r["what"]): r["us"] for r in timing}
     keys = list(dict.fromkeys((r["part"], r.get("mode") or "fwd", r["N"]) for r in timing))
 
-    def vs_sdpa(p, m, n):  # host time against SDPA flash's in the same mode and N
-        ours, theirs = index.get((p, m, n, "host_us")), index.get(("sdpa_flash", m, n, "host_us"))
+    def vs_sdpa(p, m, n):  # host time against SDPA cuDNN's in the same mode and N
+        ours, theirs = index.get((p, m, n, "host_us")), index.get(("sdpa_cudnn", m, n, "host_us"))
         return f"{float(ours) / float(theirs):.1f}x" if ours and theirs else "—"
 
     body = [
@@ -125,10 +125,11 @@ def table_launch_cost(gpu_dir):
         provenance_line(rows, "python -m part5_profiling.tools.launch_cost && make report"),
         "",
         "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
-        "fwd+bwd: the forward and torch.autograd.grad):",
+        "fwd+bwd: the forward and torch.autograd.grad; one thread: the same with autograd's backward on the "
+        "calling thread):",
         "",
         markdown_table(
-            ["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench", "host / SDPA flash's"],
+            ["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench", "host / SDPA cuDNN's"],
             body,
             "llrrrrr",
         ),
