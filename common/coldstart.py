@@ -64,6 +64,7 @@ DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # (lead, N, D): small is 3-D (batch, seq, D); bench is 4-D (batch, heads, seq, D).
 SHAPES = {"small": ((4,), 128, 64), "bench": ((4, 8), 4096, 64)}
 ONE, FOUR = "one shape class", "four calls"  # the scenarios: one process each
+FIRST = ("first forward", "first backward")
 STEPS = ("import torch", "import part", "first forward", "first backward", "second call", "four calls", "process")
 FIELDS = [
     "part",
@@ -530,7 +531,7 @@ def table(gpu_dir):
         lead, n, d = SHAPES[name]
         return f"({', '.join(map(str, (*lead, n, d)))})"
 
-    one = ("first forward", "first backward", "second call")
+    one = (*FIRST, "second call")
     body = [[g[0], g[2], "yes" if g[4] else "no", shape(g[3]), *line(g, one)] for g in groups(ONE)]
     out = [
         provenance_line(rows, "make coldstart && make report"),
@@ -578,31 +579,23 @@ def summary(gpu_dir):
     before, newest = (None, *commits)[-2:]
     rows = [r for r in rows if r["commit"] in commits]
 
-    def seconds(commit, part, dtype, causal, step):
-        key = (commit, part, dtype, causal, step)
-        found = [r for r in rows if (r["commit"], r["part"], r["dtype"], r["causal"], r["step"]) == key]
-        return found[0]["seconds"] if found else None
+    # the four-call scenario has first forward and backward rows too: the scenario is part of the key
+    by = {(r["commit"], r["scenario"], r["part"], r["dtype"], r["causal"], r["step"]): r for r in rows}
 
     def first_call(commit, part, dtype):
         """The slower causal flag's first forward + first backward; a killed process: '> its timeout'."""
         totals = []
         for causal in (0, 1):
-            f, b = (seconds(commit, part, dtype, causal, s) for s in ("first forward", "first backward"))
+            f, b, process = (by.get((commit, ONE, part, dtype, causal, s)) for s in (*FIRST, "process"))
             if f is not None and b is not None:
-                totals.append(f"{f + b:.3g}")
-            process = [
-                r
-                for r in rows
-                if (r["commit"], r["part"], r["dtype"], r["causal"], r["step"])
-                == (commit, part, dtype, causal, "process")
-            ]
-            if process and str(process[0]["status"]).startswith("timeout"):
-                return f"> {_seconds(process[0]['timeout'])}"
+                totals.append(f"{f['seconds'] + b['seconds']:.3g}")
+            if process is not None and str(process["status"]).startswith("timeout"):
+                return f"> {_seconds(process['timeout'])}"
         return max(totals, key=float) if totals else None
 
     def four(commit, part):
-        value = seconds(commit, part, "fp32", None, "four calls")
-        return None if value is None else _seconds(value)
+        row = by.get((commit, FOUR, part, "fp32", None, "four calls"))
+        return None if row is None else _seconds(row["seconds"])
 
     def cell(measure, *args):
         after = measure(newest, *args)

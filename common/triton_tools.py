@@ -180,6 +180,10 @@ def direct_launcher(compiled, tail):
     return launch
 
 
+# The one background thread of compile_together(..., ahead=device); its thread starts on the first submit.
+_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
+
+
 def compile_together(calls, first_calls=None, key=None, ahead=None):
     """Compile every binary a set of launches is about to need, all at once, before the launches.
 
@@ -217,7 +221,7 @@ def compile_together(calls, first_calls=None, key=None, ahead=None):
     if ahead is None:
         _compile(calls)
         return
-    started = _background().submit(_compile, calls, ahead)
+    started = _AHEAD.submit(_compile, calls, ahead)
     if first_calls is not None:
         first_calls[key] = started
 
@@ -234,12 +238,3 @@ def _compile(calls, device=None):
                     kernel.warmup(*args, grid=(1,), **constexprs)
     except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
         pass
-
-
-_ahead = []  # the one background thread compile_together(..., ahead=device) uses, made on first use
-
-
-def _background():
-    if not _ahead:
-        _ahead.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead"))
-    return _ahead[0]

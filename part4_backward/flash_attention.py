@@ -675,6 +675,12 @@ def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomi
     return calls[:2] if atomic_dq else calls
 
 
+def _bwd_key(q, n_k, is_causal, atomic_dq):
+    """What makes the backward's kernels compile differently: device, dtype, D, causal, the
+    autotuners' length bucket, atomics (q: Q or its (B*H, N, D) view)."""
+    return (q.device, q.dtype, q.shape[-1], is_causal, n_bucket(q.shape[-2], n_k), atomic_dq)
+
+
 def compile_backward_ahead(Q, K, V, is_causal):
     """Start compiling the backward's kernels for this call's shape class on a background thread,
     before the forward compiles its own: the two compile side by side, and the first backward
@@ -684,14 +690,14 @@ def compile_backward_ahead(Q, K, V, is_causal):
     if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
         return
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    key = (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
+    key = _bwd_key(Q, n_k, is_causal, False)
     if key in _bwd_compiled:
         return
 
     def kernels():  # on the background thread
         q, k, v = (_as_sequences(t) for t in (Q, K, V))
         lse, dq32 = (torch.empty(shape, dtype=torch.float32, device=q.device) for shape in (q.shape[:-1], 0))
-        args = (n_q, n_k, q.shape[0], key[4], d**-0.5)
+        args = (n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
         meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
         return _bwd_kernels(q, k, v, q, q, lse, lse, k, v, dq32, q, args, meta, False)
 
@@ -713,7 +719,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     args = (n_q, n_k, n_seqs, n_bucket(n_q, n_k), d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
-    triton_tools.compile_together(kernels, _bwd_compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
+    triton_tools.compile_together(kernels, _bwd_compiled, _bwd_key(q, n_k, is_causal, atomic_dq))
     _attn_bwd_preprocess[(triton.cdiv(n_q, 64) * n_seqs,)](o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     grid_dkdv = lambda META: (triton.cdiv(n_k, META["BLOCK_N"]) * n_seqs,)  # noqa: E731
     _attn_bwd_dkdv[grid_dkdv](q, k, v, do, lse, delta, dk, dv, dq32, *args, ATOMIC_DQ=atomic_dq, **meta)

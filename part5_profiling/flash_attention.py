@@ -749,6 +749,12 @@ def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomi
     return calls[:2] if atomic_dq else calls
 
 
+def _bwd_key(q, n_k, is_causal, atomic_dq):
+    """What makes the backward's kernels compile differently: device, dtype, D, causal, the
+    autotuners' length bucket, atomics (q: Q or its (B*H, N, D) view)."""
+    return (q.device, q.dtype, q.shape[-1], is_causal, n_bucket(q.shape[-2], n_k), atomic_dq)
+
+
 def compile_backward_ahead(Q, K, V, is_causal):
     """Start compiling the backward's kernels for this call's shape class on a background thread,
     before the forward compiles its own: the two compile side by side, and the first backward
@@ -759,7 +765,7 @@ def compile_backward_ahead(Q, K, V, is_causal):
         return
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     gluon = GLUON and not torch.are_deterministic_algorithms_enabled() and gluon_backward.supported(Q, is_causal)
-    key = _gluon_key(Q, is_causal) if gluon else (Q.device, Q.dtype, d, is_causal, n_bucket(n_q, n_k), False)
+    key = _gluon_key(Q, is_causal) if gluon else _bwd_key(Q, n_k, is_causal, False)
     if key in _bwd_compiled:
         return
 
@@ -768,7 +774,7 @@ def compile_backward_ahead(Q, K, V, is_causal):
         lse, dq32 = (torch.empty(shape, dtype=torch.float32, device=q.device) for shape in (q.shape[:-1], 0))
         if gluon:  # flash_backward's route to gluon_backward.py
             return _gluon_kernels(q, k, v, q, q, lse, is_causal)
-        args = (n_q, n_k, q.shape[0], key[4], d**-0.5)
+        args = (n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
         meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
         return _bwd_kernels(q, k, v, q, q, lse, lse, k, v, dq32, q, args, meta, False)
 
@@ -818,7 +824,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     key = (q.device, q.dtype, d, is_causal, bucket)
 
     kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
-    triton_tools.compile_together(kernels, _bwd_compiled, (q.device, q.dtype, d, is_causal, args[3], atomic_dq))
+    triton_tools.compile_together(kernels, _bwd_compiled, _bwd_key(q, n_k, is_causal, atomic_dq))
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     _launch_preprocess((q.device, q.dtype, d), programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_seqs  # noqa: E731
