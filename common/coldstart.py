@@ -16,8 +16,9 @@ per step:
 - import torch; import part: parts.load(n) (Triton, common/ and the part's kernel file);
 - first forward: FlashAttention.apply; first backward: torch.autograd.grad of its output;
 - second call: forward and backward again, on the same inputs (nothing left to compile);
-- process: the whole process as the parent saw it, Python's start included (and, where it was
-  killed for running past --timeout, the seconds it ran).
+- process: the whole process as the parent saw it, from Python's start to its last step (it ends
+  there, without the interpreter's teardown: see leave()); where it was killed for running past
+  --timeout, the seconds it ran.
 
 On a GPU each call is followed by torch.cuda.synchronize() inside its time. `configs` is how many
 configurations the part's autotuners timed during a step (each compiled first, on an empty cache),
@@ -100,6 +101,17 @@ N_FIRST, N_SECOND = 4096, 8192
 # ------------------------------------------------------------------------------------ in the fresh process
 def _emit(**fields):
     print(MARK + json.dumps(fields), flush=True)
+
+
+def leave():
+    """End a measuring process once its last row is printed. os._exit skips the interpreter's
+    teardown, where PyTorch can abort a process whose autograd thread ran a backward ("terminate
+    called without an active exception": a race between Python's shutdown and that thread, seen in
+    one part 1 process of the H200's test run; pytorch/pytorch#38230): the run would be reported
+    failed after every step was measured. Nothing is measured after the last step."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _autotuners(module):
@@ -343,7 +355,9 @@ def measure(args, compiled):
     rows = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
         running = {
-            pool.submit(run_process, f"from common.coldstart import child; child({job!r})", args.timeout): job
+            pool.submit(
+                run_process, f"from common.coldstart import child, leave; child({job!r}); leave()", args.timeout
+            ): job
             for job in todo
         }
         for done in concurrent.futures.as_completed(running):
@@ -363,7 +377,9 @@ def autotune(numbers, timeout):
     status = 0
     for n in numbers:
         rows = []
-        code = f"from common.coldstart import autotune_child; autotune_child({n}, {N_FIRST}, {N_SECOND})"
+        code = (
+            f"from common.coldstart import autotune_child, leave; autotune_child({n}, {N_FIRST}, {N_SECOND}); leave()"
+        )
         with tempfile.TemporaryDirectory(prefix="triton-cache-") as cache:
             for label in ("cold cache", "warm disk cache"):
                 ran = run_process(code, timeout, cache)
