@@ -585,15 +585,21 @@ def table(gpu_dir):
 
 def summary(gpu_dir):
     """cold_start.csv in one small table: per part, the first forward + first backward at the small
-    shape in each dtype measured (the slower of causal and not), and the four-call run, at the newest
-    commit; where the commit _compared sets before it measured the same cell, "before -> after"
-    (the full table, every step of both commits, is `table`)."""
+    shape in each dtype measured (the slower of causal and not), and the four-call run. Each column
+    shows the newest commit that measured it and, where the latest earlier commit measured with as
+    many processes at once measured it too, "before -> after" (a dtype measured alone at a later
+    commit does not blank the others). The full table, every step of two commits, is `table`."""
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    commits = _compared(rows)
-    before, newest = (None, *commits)[-2:]
-    rows = [r for r in rows if r["commit"] in commits]
+    commits = _commits_in_order(rows)
+    parallel = {c: max((r["parallel"] or 1 for r in rows if r["commit"] == c), default=1) for c in commits}
+
+    def compared(measured):
+        """(before or None, newest) among the commits with rows that `measured` accepts."""
+        have = [c for c in commits if any(measured(r) for r in rows if r["commit"] == c)]
+        alike = [c for c in have[:-1] if parallel[c] == parallel[have[-1]]]
+        return (*alike[-1:], have[-1]) if have else ()
 
     # the four-call scenario has first forward and backward rows too: the scenario is part of the key
     by = {(r["commit"], r["scenario"], r["part"], r["dtype"], r["causal"], r["step"]): r for r in rows}
@@ -613,26 +619,44 @@ def summary(gpu_dir):
         row = by.get((commit, FOUR, part, "fp32", None, "four calls"))
         return None if row is None else _seconds(row["seconds"])
 
-    def cell(measure, *args):
-        after = measure(newest, *args)
+    columns = [  # (name, measure, its extra argument, the commits it compares)
+        (
+            f"{d}, first forward + backward",
+            first_call,
+            (d,),
+            compared(lambda r, d=d: r["scenario"] == ONE and r["dtype"] == d),
+        )
+        for d in DTYPES
+    ] + [("fp32, four calls", four, (), compared(lambda r: r["scenario"] == FOUR and r["step"] == "four calls"))]
+    columns = [c for c in columns if c[3]]
+
+    def cell(measure, args, pair, part):
+        after = measure(pair[-1], part, *args)
         if after is None:
             return "—"
-        earlier = measure(before, *args) if before is not None else None
+        earlier = measure(pair[0], part, *args) if len(pair) == 2 else None
         return after if earlier is None else f"{earlier} → {after}"
 
-    newest_rows = [r for r in rows if r["commit"] == newest]
-    part_numbers = sorted({r["part"] for r in newest_rows})
-    dtypes = [d for d in DTYPES if any(r["dtype"] == d for r in newest_rows)]
-    header = ["part", *(f"{d}, first forward + backward" for d in dtypes), "fp32, four calls"]
-    body = [[n, *(cell(first_call, n, d) for d in dtypes), cell(four, n)] for n in part_numbers]
+    part_numbers = sorted({r["part"] for r in rows if any(r["commit"] == c[3][-1] for c in columns)})
+    body = [[n, *(cell(measure, args, pair, n) for _, measure, args, pair in columns)] for n in part_numbers]
     lead, n, d = SHAPES["small"]
     caption = (
         f"Seconds in a fresh process with an empty Triton cache, inputs of shape {(*lead, n, d)} (N = {n}, D = {d}): "
         "the first forward and the first backward of one shape class (the slower of causal and not), and a "
         "float32 run of four calls (forward and backward, non-causal then causal)"
     )
-    if before is not None and any(r["commit"] == before for r in rows):
-        caption += f"; where commit {before} was measured too, its seconds → commit {newest}'s"
+    pairs = {}
+    for name, *_, pair in columns:
+        pairs.setdefault(pair, []).append(name.split(",")[0] if "four" not in name else "the four calls")
+    listed = lambda names: " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)  # noqa: E731
+    said = [f"{listed(names)}: commit {' → '.join(pair)}" for pair, names in pairs.items()]
+    caption += (
+        "; each column at the newest commit that measured it, and where one measured it before (alike), before → after ("
+        + "; ".join(said)
+        + ")"
+    )
+    used = {c for *_, pair in columns for c in pair}
+    rows = [r for r in rows if r["commit"] in used]
     at_once = max((r["parallel"] for r in rows if r["parallel"] is not None), default=None)
     if at_once and at_once > 1:
         caption += (
@@ -646,7 +670,7 @@ def summary(gpu_dir):
             "",
             caption + ":",
             "",
-            markdown_table(header, body, "l" + "r" * (len(header) - 1)),
+            markdown_table(["part", *(c[0] for c in columns)], body, "l" + "r" * len(columns)),
         ]
     )
 

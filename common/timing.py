@@ -7,7 +7,6 @@
   timed alone.
 - graph_time_ms: the median of the call replayed from a CUDA graph: the GPU's time without the
   Python and launch cost of each call.
-- autotune_ms: the autotuners' timer in parts 2-5, shorter than Triton's default.
 """
 
 import torch
@@ -36,21 +35,6 @@ def time_ms(fn, warmup=25, rep=100):
     if one_call_ms(fn) < SLOW_MS or one_call_ms(fn) < SLOW_MS:  # the first may include compiling
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
     return slow_time_ms(fn)
-
-
-AUTOTUNE_WARMUP_MS, AUTOTUNE_REP_MS = 5, 25
-
-
-def autotune_ms(fn, quantiles):
-    """How parts 2-5's autotuners time a configuration (@triton.autotune(..., do_bench=autotune_ms)):
-    do_bench over AUTOTUNE_REP_MS of runs after AUTOTUNE_WARMUP_MS. Triton's default is 100 after 25:
-    125 ms or more for every configuration, every time a new key (dtype, D, causal, N bucket) is
-    met, which at a first call's small shapes is more time than the kernels take to load. 25 ms is
-    still dozens of runs of a 0.5 ms kernel (N = 4096), a few of a long one; the configurations a
-    prune keeps differ by more than that noise, or do not matter."""
-    import triton
-
-    return triton.testing.do_bench(fn, warmup=AUTOTUNE_WARMUP_MS, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
 
 
 def one_call_ms(fn, flush=None):

@@ -16,7 +16,6 @@ import triton.language as tl
 from common import library, triton_tools
 from common.backward import flash_backward
 from common.runtime import INTERPRET, set_triton_allocator
-from common.timing import autotune_ms
 from common.validate import check_inputs
 
 # Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`; H200,
@@ -82,10 +81,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on the second grid axis (one program row per 
 # variant per "N divisible by 16 / N == 1 / other" class, several compiles for one kernel.
 # N_BUCKET is read only by the autotuner (its key): a new power of two of N re-tunes.
 @triton.autotune(
-    configs=CONFIGS,
-    key=["D", "IS_CAUSAL", "N_BUCKET"],
-    prune_configs_by={"early_config_prune": fits_in_smem},
-    do_bench=autotune_ms,  # 25 ms per configuration, not Triton's 125 (common/timing.py)
+    configs=CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_BUCKET"])
 def _attn_fwd(

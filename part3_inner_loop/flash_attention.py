@@ -22,7 +22,6 @@ import triton.language as tl
 from common import library, triton_tools
 from common.backward import flash_backward
 from common.runtime import INTERPRET, set_triton_allocator
-from common.timing import autotune_ms
 from common.validate import check_inputs
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
@@ -135,10 +134,7 @@ def _attn_fwd_inner(
 # one variant per "N divisible by 16 / N == 1 / other" class, several compiles for one kernel.
 # N_BUCKET is read only by the autotuner (its key): a new power of two of N re-tunes.
 @triton.autotune(
-    configs=CONFIGS,
-    key=["D", "IS_CAUSAL", "N_BUCKET"],
-    prune_configs_by={"early_config_prune": fits_in_smem},
-    do_bench=autotune_ms,  # 25 ms per configuration, not Triton's 125 (common/timing.py)
+    configs=CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_fwd(

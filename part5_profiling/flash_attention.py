@@ -26,7 +26,6 @@ import triton.language as tl
 
 from common import library, triton_tools
 from common.runtime import INTERPRET, set_triton_allocator
-from common.timing import autotune_ms
 from common.validate import check_inputs
 from part5_profiling import fast_launch, gluon_attention, gluon_backward
 
@@ -140,10 +139,7 @@ def _attn_fwd_inner(
 # one variant per "N divisible by 16 / N == 1 / other" class, several compiles for one kernel.
 # N_BUCKET is read only by the autotuner (its key): a new power of two of N re-tunes.
 @triton.autotune(
-    configs=CONFIGS,
-    key=["D", "IS_CAUSAL", "N_BUCKET"],
-    prune_configs_by={"early_config_prune": fits_in_smem},
-    do_bench=autotune_ms,  # 25 ms per configuration, not Triton's 125 (common/timing.py)
+    configs=CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_fwd(
@@ -296,9 +292,7 @@ def _plan(Q, K, is_causal, gluon):
         key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
         return True, key, grid, (n_q, n_k, n_seqs, scale), meta, gluon_attention.label(d)
-    # query tiles x sequences; -(-a // b) is a / b rounded up (triton.cdiv is a constexpr function: from
-    # Python, microseconds a call, and the grid is worked out on every launch)
-    grid = lambda blocks: -(-n_q // blocks["BLOCK_M"]) * n_seqs  # noqa: E731
+    grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (Q.device, Q.dtype, d, is_causal, bucket)
@@ -482,7 +476,6 @@ def _attn_bwd_dkdv_inner(
     key=["D", "IS_CAUSAL", "ATOMIC_DQ", "N_BUCKET"],
     reset_to_zero=["DQ"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_M")},
-    do_bench=autotune_ms,
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dkdv(
@@ -631,7 +624,6 @@ def _attn_bwd_dq_inner(
     configs=BWD_DQ_CONFIGS,
     key=["D", "IS_CAUSAL", "N_BUCKET"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_N")},
-    do_bench=autotune_ms,
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dq(
@@ -833,14 +825,14 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
 
     kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
     triton_tools.compile_together(kernels, _bwd_compiled, _bwd_key(q, n_k, is_causal, atomic_dq))
-    programs = lambda _: -(-n_q // 64) * n_seqs  # noqa: E731  (a / b rounded up: see _plan)
+    programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     _launch_preprocess((q.device, q.dtype, d), programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
-    programs = lambda blocks: -(-n_k // blocks["BLOCK_N"]) * n_seqs  # noqa: E731
+    programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_seqs  # noqa: E731
     _launch_dkdv((*key, atomic_dq), programs, q, k, v, do, lse, delta, dk, dv, dq32, *args, ATOMIC_DQ=atomic_dq, **meta)
     if atomic_dq:
         dq = dq32.to(Q.dtype)
     else:
-        programs = lambda blocks: -(-n_q // blocks["BLOCK_M"]) * n_seqs  # noqa: E731
+        programs = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731
         _launch_dq(key, programs, q, k, v, do, lse, delta, dq, *args, **meta)
     return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 

@@ -498,17 +498,8 @@ def supported(q, is_causal, route=True):
         and q.dtype in (torch.bfloat16, torch.float16)
         and d in (64, 128)
         and (not route or (d, is_causal) in ROUTE)
-        and _hopper(q.device)
+        and torch.cuda.get_device_capability(q.device) == (9, 0)
     )
-
-
-_HOPPER = {}  # device -> whether it is sm_90; asked on every backward, and get_device_capability costs microseconds
-
-
-def _hopper(device):
-    if device not in _HOPPER:
-        _HOPPER[device] = torch.cuda.get_device_capability(device) == (9, 0)
-    return _HOPPER[device]
 
 
 def constexprs(d, is_causal, order=None, n_q=0):
@@ -536,7 +527,7 @@ def allocate(q, k):
     """The backward's outputs and scratch for (BH, N, D) q and k: dK, dV, the float32 dQ sum, and
     L * log2(e) and D_i with rows padded to whole query tiles."""
     n_seqs, n_q, _ = q.shape
-    padded = -(-n_q // BLOCK_M) * BLOCK_M  # ceil division in plain Python: see launch()
+    padded = triton.cdiv(n_q, BLOCK_M) * BLOCK_M
     stats = torch.empty(2, n_seqs, padded, dtype=torch.float32, device=q.device)
     dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
@@ -561,15 +552,14 @@ def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget
     n_seqs, n_q, d = q.shape
     n_k = k.shape[1]
     dk, dv, dq32, lse2, delta = allocate(q, k)
-    # -(-a // b) is a / b rounded up: triton.cdiv is a constexpr function, microseconds a call from Python
-    programs = lambda _: -(-n_q // BLOCK_M) * n_seqs  # noqa: E731
+    programs = lambda _: triton.cdiv(n_q, BLOCK_M) * n_seqs  # noqa: E731
     prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M)
-    programs = lambda _: -(-n_k // BLOCK_N) * n_seqs  # noqa: E731
+    programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
     meta = constexprs(d, is_causal, order, n_q)
     key = (q.device, q.dtype, d, is_causal, int(meta["ORDER"]))
     group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
     main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, group, d**-0.5, **meta)
     dq = torch.empty_like(q)
-    programs = lambda _: -(-dq.numel() // CONVERT_BLOCK)  # noqa: E731
+    programs = lambda _: triton.cdiv(dq.numel(), CONVERT_BLOCK)  # noqa: E731
     convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
     return dq, dk, dv

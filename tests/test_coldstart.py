@@ -178,9 +178,26 @@ def test_the_summary_shows_the_newest_commit_per_part_and_dtype(tmp_path):
     assert lines[0] == "| part | fp32, first forward + backward | fp16, first forward + backward | fp32, four calls |"
     # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before: float32 ten times slower
     assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 5.75 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 7 | 400 → 40 |"]
-    assert "commit bef0001 was measured too, its seconds → commit aft0002's" in summary
+    assert "before → after (fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary
     assert "ran at once" not in summary  # one process at a time
     assert report.all_tables(report.part_reports())["cold-start-summary"] is coldstart.summary
+
+
+def test_a_dtype_measured_alone_later_keeps_the_other_columns(tmp_path):
+    """A third commit that measured only fp16 (as a session adding that dtype does): the fp16 column
+    compares it with the commit before, the fp32 and four-call columns keep their own two commits."""
+    path = _synthetic(tmp_path)
+    rows = results.read_csv(path)
+    later = [
+        dict(r, commit="new0003", date="2026-01-03T00:00:00Z", seconds=r["seconds"] / 2)
+        for r in rows
+        if r["commit"] == "aft0002" and r["dtype"] == "fp16"
+    ]
+    results.write_csv(path, rows + later, coldstart.FIELDS, sort=coldstart.order)
+    summary = coldstart.summary(tmp_path)
+    lines = [line for line in summary.splitlines() if line.startswith("|")]
+    assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 2.88 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 3.5 | 400 → 40 |"]
+    assert "(fp32 and the four calls: commit bef0001 → aft0002; fp16: commit aft0002 → new0003)" in summary
 
 
 def test_the_summary_says_when_a_process_was_killed(tmp_path):

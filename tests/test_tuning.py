@@ -185,21 +185,3 @@ def test_triton_tools_read_the_autotuner(part):
     first = triton_tools.timed_configs(tuner, call)
     assert first <= len(fa.CONFIGS) and triton_tools.chosen(tuner) in fa.CONFIGS
     assert triton_tools.timed_configs(tuner, call) == 0  # a shape class seen before is not timed again
-
-
-@pytest.mark.only_parts(2, 3, 4, 5)
-def test_autotuners_time_with_the_short_timer(part, monkeypatch):
-    """Every autotuner of parts 2-5 times a configuration with common.timing.autotune_ms (25 ms of
-    runs after 5 of warm-up), not Triton's default 100 after 25, and autotune_ms passes those through."""
-    from triton.runtime import Autotuner
-
-    from common import timing
-
-    tuners = [value for value in vars(parts.load(part)).values() if isinstance(value, Autotuner)]
-    assert tuners, f"part {part} has no autotuned kernel"
-    for tuner in tuners:
-        assert tuner.do_bench is timing.autotune_ms, tuner.fn.__name__
-    seen = {}
-    monkeypatch.setattr("triton.testing.do_bench", lambda fn, **kw: seen.update(kw) or [1.0, 0.9, 1.1])
-    assert timing.autotune_ms(lambda: None, quantiles=(0.5, 0.2, 0.8)) == [1.0, 0.9, 1.1]
-    assert seen == dict(warmup=5, rep=25, quantiles=(0.5, 0.2, 0.8))
