@@ -651,9 +651,8 @@ def summary(gpu_dir):
     listed = lambda names: " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)  # noqa: E731
     said = [f"{listed(names)}: commit {' → '.join(pair)}" for pair, names in pairs.items()]
     caption += (
-        "; each column at the newest commit that measured it, and where one measured it before (alike), before → after ("
-        + "; ".join(said)
-        + ")"
+        "; each column at the newest commit that measured it, after the commit before that measured it with as "
+        "many processes at once, where one did, as before → after (" + "; ".join(said) + ")"
     )
     used = {c for *_, pair in columns for c in pair}
     rows = [r for r in rows if r["commit"] in used]

@@ -178,7 +178,7 @@ def test_the_summary_shows_the_newest_commit_per_part_and_dtype(tmp_path):
     assert lines[0] == "| part | fp32, first forward + backward | fp16, first forward + backward | fp32, four calls |"
     # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before: float32 ten times slower
     assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 5.75 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 7 | 400 → 40 |"]
-    assert "before → after (fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary
+    assert "as before → after (fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary
     assert "ran at once" not in summary  # one process at a time
     assert report.all_tables(report.part_reports())["cold-start-summary"] is coldstart.summary
 
