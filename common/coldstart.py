@@ -193,7 +193,10 @@ def child(job):
 def autotune_child(part, n_first, n_second):
     """Runs in the fresh process of --autotune: part's first bf16 forward at N = n_first (compiling
     and timing every configuration the autotuner keeps), the steady state, then a first call at
-    n_second (a new N bucket); one MARK line each."""
+    n_second (a new N bucket); one MARK line each. The calls go through FlashAttention.apply, as in
+    child(): the part's flash_attention op would add its own first-call cost, PyTorch importing
+    torch._dynamo (a custom op's function is wrapped in a decorator that imports it on first use;
+    0.9 s on a 2-core CPU), which is not the autotuner's."""
     import torch
 
     from common import runtime
@@ -211,7 +214,7 @@ def autotune_child(part, n_first, n_second):
         start = time.perf_counter()
 
         def call():
-            module.flash_attention(q, k, v)
+            module.FlashAttention.apply(q, k, v, False)
             torch.cuda.synchronize()
 
         tried = _timed_configs(tuners, call)
@@ -220,7 +223,7 @@ def autotune_child(part, n_first, n_second):
         return q, k, v
 
     q, k, v = first_call(n_first, f"first call, N={n_first}")
-    steady = time_ms(lambda: module.flash_attention(q, k, v)) / 1e3
+    steady = time_ms(lambda: module.FlashAttention.apply(q, k, v, False)) / 1e3
     label = f"steady state, N={n_first} (median)"
     _emit(scenario=label, seconds=steady, configs=0, chosen=parts.forward_config(module), N=n_first)
     first_call(n_second, f"first call, N={n_second}: new N bucket, kernels already compiled")
@@ -488,20 +491,22 @@ def _commits_in_order(rows):
     return sorted(first_date, key=lambda c: (position[c], first_date[c]))
 
 
-def _compared(rows):
-    """The commits a table compares, oldest first: the newest, and before it the latest earlier
-    commit measured with as many processes at once (a process that shares the CPU compiles slower,
-    so only runs alike are set side by side)."""
-    commits = _commits_in_order(rows)
-    if not commits:
+def _compared(rows, measured=None):
+    """The commits a table (or one of its columns) compares, oldest first: the newest commit with
+    rows that `measured` accepts (any row, by default), and before it the latest earlier such commit
+    measured with as many processes at once (a process that shares the CPU compiles slower, so only
+    runs alike are set side by side)."""
+    have = [
+        c for c in _commits_in_order(rows) if any(measured is None or measured(r) for r in rows if r["commit"] == c)
+    ]
+    if not have:
         return []
 
     def at_once(commit):
         return max((r["parallel"] or 1 for r in rows if r["commit"] == commit), default=1)
 
-    newest = commits[-1]
-    alike = [c for c in commits[:-1] if at_once(c) == at_once(newest)]
-    return [*alike[-1:], newest]
+    alike = [c for c in have[:-1] if at_once(c) == at_once(have[-1])]
+    return [*alike[-1:], have[-1]]
 
 
 def table(gpu_dir):
@@ -592,15 +597,6 @@ def summary(gpu_dir):
     from common.results import markdown_table, provenance_line, read_csv
 
     rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    commits = _commits_in_order(rows)
-    parallel = {c: max((r["parallel"] or 1 for r in rows if r["commit"] == c), default=1) for c in commits}
-
-    def compared(measured):
-        """(before or None, newest) among the commits with rows that `measured` accepts."""
-        have = [c for c in commits if any(measured(r) for r in rows if r["commit"] == c)]
-        alike = [c for c in have[:-1] if parallel[c] == parallel[have[-1]]]
-        return (*alike[-1:], have[-1]) if have else ()
-
     # the four-call scenario has first forward and backward rows too: the scenario is part of the key
     by = {(r["commit"], r["scenario"], r["part"], r["dtype"], r["causal"], r["step"]): r for r in rows}
 
@@ -624,10 +620,17 @@ def summary(gpu_dir):
             f"{d}, first forward + backward",
             first_call,
             (d,),
-            compared(lambda r, d=d: r["scenario"] == ONE and r["dtype"] == d),
+            tuple(_compared(rows, lambda r, d=d: r["scenario"] == ONE and r["dtype"] == d)),
         )
         for d in DTYPES
-    ] + [("fp32, four calls", four, (), compared(lambda r: r["scenario"] == FOUR and r["step"] == "four calls"))]
+    ] + [
+        (
+            "fp32, four calls",
+            four,
+            (),
+            tuple(_compared(rows, lambda r: r["scenario"] == FOUR and r["step"] == "four calls")),
+        )
+    ]
     columns = [c for c in columns if c[3]]
 
     def cell(measure, args, pair, part):
