@@ -714,3 +714,39 @@ def test_committed_logs_are_reproduced_from_the_committed_results():
     for n, folder in parts.folders().items():
         made = report.part_log(n, folder, report.log_entries(n, by_part.get(n)), tables, gpu_dir)
         assert report.log_path(gpu_dir, n).read_text() == made, n
+
+
+def test_interleaved_runs_table_takes_medians_per_label_and_the_graph_ratio_apart():
+    """Part 2's before/after tables (the autotuner's timer, the first-call check): each run's
+    TFLOP/s in run order under each label, the ratio of the medians (last label over first) by
+    do_bench and by graph replay, '—' where a label has no graph time, every configuration chosen."""
+    from part2_tile_tuning.report import _interleaved_runs
+
+    def row(label, run, tflops, graph, backend="128x64 w4 s3"):
+        return study_row(
+            part=4,
+            mode="fwd+bwd",
+            D=64,
+            causal=1,
+            commit=label,
+            run=run,
+            tflops=tflops,
+            graph_tflops=graph,
+            backend=backend,
+        )
+
+    rows = [
+        row("old", 2, 300.0, 320.0),
+        row("old", 1, 240.0, 318.0),
+        row("old", 3, 310.0, 322.0, backend="128x128 w4 s3"),
+        row("new", 1, 330.0, 330.0),
+        row("new", 2, 320.0, 330.0),
+        row("new", 3, 150.0, 330.0),
+    ]
+    [[part, mode, d, causal, old, new, ratio, graph_ratio, chose]] = _interleaved_runs(rows, "commit", ["old", "new"])
+    assert (part, mode, d, causal) == (4, "fwd+bwd", 64, "yes")
+    assert (old, new) == ("240, 300, 310", "330, 320, 150")  # by run, not by the file's order
+    assert ratio == f"{320 / 300:.2f}" and graph_ratio == f"{330 / 320:.2f}"
+    assert chose == "128x128 w4 s3 / 128x64 w4 s3"
+    no_graph = [dict(r, graph_tflops=None) for r in rows]
+    assert _interleaved_runs(no_graph, "commit", ["old", "new"])[0][7] == "—"
