@@ -102,6 +102,36 @@ def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
     assert call() == "result" and seen == [False] and torch._C._is_multithreading_enabled()
 
 
+def test_host_split_times_the_backward_inside_and_leaves_the_function_as_it_was():
+    """launch_cost's host split: forward, backward body and the rest add up to the total (medians of
+    parts need not, means do), the backward runs once per call, and the Function's backward is its own
+    again afterwards; without a Function, the backward is one column."""
+    from part5_profiling.tools.launch_cost import host_split
+
+    calls = []
+
+    class Sum(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            return q + k + v
+
+        @staticmethod
+        def backward(ctx, do):
+            calls.append(1)
+            return do, do, do, None
+
+    original = Sum.__dict__["backward"]
+    q, k, v, do = (torch.randn(1, 2, 8, 4) for _ in range(4))
+    split = host_split(Sum.apply, q, k, v, do, function=Sum, calls=20)
+    assert list(split) == ["forward", "backward body", "engine and hand-off", "total"]
+    assert len(calls) == 30 and Sum.__dict__["backward"] is original  # 10 warm-up calls, then 20
+    means = {name: mean for name, (_, mean) in split.items()}
+    assert means["total"] == pytest.approx(means["forward"] + means["backward body"] + means["engine and hand-off"])
+    assert all(median > 0 for name, (median, _) in split.items() if name != "engine and hand-off")
+    plain = host_split(lambda q, k, v, c: q + k + v, q, k, v, do, calls=5)
+    assert list(plain) == ["forward", "backward through autograd", "total"]
+
+
 def test_stage_variants_do_what_they_say():
     """The stages study's switch (forward_variants.STAGE), on ragged causal inputs: the original is
     part 4's forward bit for bit; "P V twice" doubles O; "Q K^T twice" is attention with doubled
@@ -291,13 +321,20 @@ def test_part5_tables(tmp_path):
             for p, m, scale in ((4, "fwd", 1), (4, "bwd", 3), ("sdpa_cudnn", "fwd", 0.5))
             for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale), ("call_us", 47.0 * scale))
         ]
-        + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)],
+        + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)]
+        + [
+            dict(part=4, mode="fwd+bwd", N=512, D=128, what="host split", group=f"{name} ({stat})", us=us, **META)
+            for name, median in (("forward", 80), ("backward body", 120), ("engine and hand-off", 70), ("total", 280))
+            for stat, us in (("median", median), ("mean", median * 1.5))
+        ],
         launch_cost.FIELDS,
     )
     table = report.table_launch_cost(tmp_path)
     assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 | 2.0x |" in table  # host time against SDPA cuDNN's
     assert "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 | — |" in table
     assert "| 4 | bwd | autotuner | 9.5 |" in table
+    assert "(median)" not in table  # the cProfile table takes its own rows only
+    assert "| 4 | fwd+bwd | 80 (120) | 120 (180) | 70 (105) | — | 280 (420) |" in table
 
     write_csv(
         tmp_path / "part5_stages.csv",

@@ -20,6 +20,13 @@ threads is paid, and cProfile, which sees one thread, sees the backward too.
   (while the GPU keeps up, this is the time Python and the launch path take).
 - call_us: do_bench's median, what a user's loop sees.
 
+Then, at the shortest N, a forward + backward through autograd split in three by the clock
+(time.perf_counter), with autograd's device thread and on one thread ("host split"): the forward
+(Function.apply), the backward's body (the Function's backward, timed inside it on whichever thread
+runs it) and the rest (autograd's engine and the hand-off between threads), each the median and the
+mean over SPLIT_CALLS calls (a heavy tail of slow calls shows as a mean well above the median). SDPA's
+backward is C++, so its body and the rest are one: "backward through autograd". No profiler runs.
+
 Then where the host time goes, for fwd, bwd and "fwd+bwd, one thread" (cProfile sees only the
 calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS calls at the shortest N,
 each function's own time added into a few groups by the file it lives in (input checks, the
@@ -97,6 +104,86 @@ def host_us(fn, rounds=5):
 
 
 ONE_THREAD = "fwd+bwd, one thread"
+SPLIT = "host split"
+SPLIT_CALLS = 300
+SPLIT_ROUNDS = 3  # rounds of (device thread, one thread), interleaved: the host's pace drifts
+
+
+def host_split(attention, q, k, v, do, function=None, multithreading=True, calls=SPLIT_CALLS):
+    """{part of the call: (median us, mean us)} for `calls` forwards + backwards through autograd:
+    "forward", "backward body" and "engine and hand-off" when `function` (the autograd.Function whose
+    backward runs) is given, else "forward" and "backward through autograd"; and "total". The
+    backward's body is timed by wrapping function.backward for the duration, where autograd looks it
+    up on every call."""
+    import statistics
+
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    body = []
+    if function is not None:
+        inner = function.__dict__["backward"]
+
+        def timed(ctx, *grads):
+            start = time.perf_counter()
+            try:
+                return inner.__func__(ctx, *grads)
+            finally:
+                body.append(time.perf_counter() - start)
+
+        function.backward = staticmethod(timed)
+    sync = torch.cuda.synchronize if q.is_cuda else (lambda: None)
+    forward, total = [], []
+    try:
+        with torch.autograd.set_multithreading_enabled(multithreading):
+            for i in range(calls + 10):  # the first 10 warm up
+                if i % 50 == 0:  # the GPU's queue stays short: the clock sees the host alone
+                    sync()
+                start = time.perf_counter()
+                o = attention(*leaves, False)
+                mid = time.perf_counter()
+                torch.autograd.grad(o, leaves, do)
+                end = time.perf_counter()
+                forward.append(mid - start)
+                total.append(end - start)
+        sync()
+    finally:
+        if function is not None:
+            function.backward = inner
+    forward, total = forward[10:], total[10:]
+    parts_of = {"forward": forward}
+    if function is not None:
+        body = body[10:]
+        parts_of["backward body"] = body
+        parts_of["engine and hand-off"] = [t - f - b for t, f, b in zip(total, forward, body)]
+    else:
+        parts_of["backward through autograd"] = [t - f for t, f in zip(total, forward)]
+    parts_of["total"] = total
+    return {name: (statistics.median(xs) * 1e6, statistics.fmean(xs) * 1e6) for name, xs in parts_of.items()}
+
+
+def split_rows(n_part, n, meta):
+    """The host split of part n_part (or "sdpa_flash" / "sdpa_cudnn") at sequence length n: rows of
+    mode "fwd+bwd" and ONE_THREAD, what SPLIT, group the part of the call and its statistic."""
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
+    if isinstance(n_part, str):
+        backend = n_part.removeprefix("sdpa_")
+        attention, function, context = impls.sdpa, None, functools.partial(impls.sdpa_context, backend)
+    else:
+        module = parts.load(n_part)
+        attention, function, context = module.FlashAttention.apply, module.FlashAttention, nullcontext
+    runs = {}
+    with context():
+        for _ in range(SPLIT_ROUNDS):
+            for mode, threads in (("fwd+bwd", True), (ONE_THREAD, False)):
+                runs.setdefault(mode, []).append(host_split(attention, q, k, v, do, function, threads))
+    rows = []
+    for mode, rounds in runs.items():
+        for name in rounds[0]:
+            for i, stat in enumerate(("median", "mean")):
+                us = sorted(r[name][i] for r in rounds)[len(rounds) // 2]  # the middle round
+                rows.append(
+                    dict(part=n_part, mode=mode, N=n, D=D, what=SPLIT, group=f"{name} ({stat})", us=f"{us:.1f}", **meta)
+                )
+    return rows
 
 
 def one_thread(fn):
@@ -194,6 +281,28 @@ def run(part_numbers, save=None):
                 for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
                     rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
                     print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
+            if n == SEQ_LENS[0]:
+                try:
+                    split = split_rows(n_part, n, meta)
+                except Exception as e:  # say why, go on
+                    split = [
+                        dict(
+                            part=n_part,
+                            mode="",
+                            N=n,
+                            D=D,
+                            group="",
+                            what=f"error: {SPLIT}: {results.why(e)}",
+                            us="",
+                            **meta,
+                        )
+                    ]
+                rows += split
+                for r in split:
+                    print(
+                        f"part {n_part} {r['mode']:<19} N={n:>5}  {r['what']}: {r['group']:<40} {r['us']:>8} us",
+                        flush=True,
+                    )
             torch.cuda.empty_cache()
             if save is not None:  # after every shape too: a run cut short keeps what it measured
                 save(rows)

@@ -119,7 +119,7 @@ def table_launch_cost(gpu_dir):
         [p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us")), vs_sdpa(p, m, n)]
         for p, m, n in keys
     ]
-    groups = [r for r in rows if r["group"]]
+    groups = [r for r in rows if r["what"] == "host, by group (cProfile)"]
     group_body = [[r["part"], r.get("mode") or "fwd", r["group"], r["us"]] for r in groups]
     out = [
         provenance_line(rows, "python -m part5_profiling.tools.launch_cost && make report"),
@@ -140,6 +140,29 @@ def table_launch_cost(gpu_dir):
             f"Host time by group under cProfile, N = {groups[0]['N']} (shares; cProfile slows Python):",
             "",
             markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr"),
+        ]
+    split = [r for r in rows if r["what"] == "host split"]
+    if split:
+        cells = {(r["part"], r["mode"], r["group"]): r["us"] for r in split}
+        names = ["forward", "backward body", "engine and hand-off", "backward through autograd", "total"]
+
+        def cell(p, m, name):
+            median, mean = cells.get((p, m, f"{name} (median)")), cells.get((p, m, f"{name} (mean)"))
+            return "—" if median is None else f"{median:.0f} ({mean:.0f})"
+
+        split_keys = list(dict.fromkeys((r["part"], r["mode"]) for r in split))
+        out += [
+            "",
+            f"A forward + backward through autograd split by the clock, N = {split[0]['N']}: the forward, the "
+            "backward's body (timed inside the Function's backward, on whichever thread runs it) and the rest "
+            "(autograd's engine and the hand-off between threads); SDPA's backward is C++, its body and the rest "
+            "one column. Median (mean) us per call, no profiler:",
+            "",
+            markdown_table(
+                ["part", "mode", *names],
+                [[p, m, *(cell(p, m, n) for n in names)] for p, m in split_keys],
+                "ll" + "r" * len(names),
+            ),
         ]
     return "\n".join(out)
 
