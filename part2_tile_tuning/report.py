@@ -77,7 +77,7 @@ def table_autotune(gpu_dir):
 
 
 def _interleaved_runs(rows, label_field, labels):
-    """(body, medians) for the benchmark rows of interleaved runs of two setups (rows labelled by
+    """The table body for the benchmark rows of interleaved runs of two setups (rows labelled by
     label_field, each run a fresh process that autotuned anew): per (part, mode, D, causal) each run's
     TFLOP/s under each label, the ratio of the medians (the second over the first), the same ratio of
     the CUDA-graph replays (the GPU's time alone), and every forward configuration the runs chose."""

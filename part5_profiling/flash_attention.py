@@ -822,7 +822,6 @@ def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     args = (n_q, n_k, n_seqs, bucket, d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (q.device, q.dtype, d, is_causal, bucket)
-
     kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
     triton_tools.compile_together(kernels, _bwd_compiled, _bwd_key(q, n_k, is_causal, atomic_dq))
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
