@@ -5,6 +5,7 @@
     python -m common.bench --quick              # N = 1024 and 4096 only
     python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
     python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
+    python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd   # also each inside torch.compile
     python -m common.bench --d 128 --causal 1 --n 2048    # one shape of the grid
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
@@ -31,7 +32,7 @@ import torch
 
 from common import parts, results, runtime
 from common.check import check_slices, verdict
-from common.impls import FLEX, SDPA_BACKENDS, flex_impl, part_impl, sdpa_impl
+from common.impls import COMPILED, FLEX, SDPA_BACKENDS, compiled_impl, flex_impl, part_impl, sdpa_impl
 from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, graph_time_ms, tflops, time_ms
 
@@ -173,16 +174,20 @@ def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False
     return rows
 
 
+def impl_order(name):
+    """Parts by number, SDPA's backends as listed, FlexAttention, then the same inside torch.compile."""
+    if name.endswith(COMPILED):
+        return (3, *impl_order(name.removesuffix(COMPILED)))
+    if name == FLEX:
+        return (2, 0)
+    if name.startswith("part"):
+        return (0, int(name.removeprefix("part")))
+    return (1, list(SDPA_BACKENDS).index(name.removeprefix("sdpa_")))
+
+
 def row_order(r):
-    """bench.csv's order: mode, D, causal, then parts by number and SDPA backends as listed, then N."""
-    part = str(r["part"])
-    if part:
-        impl = (0, int(part))
-    elif r["impl"] == FLEX:
-        impl = (2, 0)
-    else:
-        impl = (1, list(SDPA_BACKENDS).index(r["impl"].removeprefix("sdpa_")))
-    return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl, int(r["N"]))
+    """bench.csv's order: mode, D, causal, then the implementations (impl_order), then N."""
+    return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl_order(r["impl"]), int(r["N"]))
 
 
 def run_cpu(part_numbers):
@@ -220,6 +225,11 @@ def main(argv=None):
     ap.add_argument("--no-sdpa", action="store_true", help="skip the SDPA baselines")
     ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape: slow to start)")
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also time each part and SDPA backend inside torch.compile (compiles per shape: slow to start)",
+    )
     args = ap.parse_args(argv)
     try:
         part_numbers = parts.require(args.part) if args.part else parts.available()
@@ -233,6 +243,8 @@ def main(argv=None):
     impls = [part_impl(n) for n in part_numbers]
     backends = args.sdpa or list(SDPA_BACKENDS)
     impls += [] if args.no_sdpa else [sdpa_impl(name) for name in backends]
+    if args.compiled:  # parts through their flash_attention op, SDPA as itself
+        impls += [compiled_impl(i, parts.load(i.part) if i.part is not None else None) for i in impls]
     impls += [flex_impl()] if args.flex else []
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"

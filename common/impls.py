@@ -29,6 +29,7 @@ SDPA_BACKENDS = {
     "default": "SDPA default",
 }
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
+COMPILED = "_compiled"  # an implementation's name + this: the same inside torch.compile (--compiled)
 
 
 @dataclass
@@ -53,7 +54,10 @@ class Impl:
 
 
 def impl_label(name):
-    """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)"."""
+    """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)",
+    "part5_compiled" -> "part 5 (torch.compile)"."""
+    if name.endswith(COMPILED):
+        return f"{impl_label(name.removesuffix(COMPILED))} (torch.compile)"
     if name == FLEX:
         return "FlexAttention"
     return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
@@ -170,3 +174,43 @@ def flex_impl():
     """FlexAttention beside SDPA. Its first call at each shape compiles (tens of seconds), so the
     benchmark times it only when asked (--flex); the check runs first and compiles it."""
     return Impl(name=FLEX, forward=lambda q, k, v, c: {"O": flex(q, k, v, c)}, attention=flex)
+
+
+def compiled_impl(impl, module=None):
+    """impl inside torch.compile: a part through its flash_attention op (module: the part's), SDPA as
+    itself. What the framework does with the host's work per call: Dynamo's guards and AOTAutograd's
+    wrappers replace the eager Python of the call, and the benchmark's CUDA-graph column replays it.
+
+    Each shape compiles its own graph (dynamic=False: the shapes a model fixes); Dynamo's caches are
+    cleared when the shape is entered (the context), so that no shape runs into Dynamo's limit on
+    recompilations and falls back to eager. The check's call compiles; the timers' warm-up runs
+    come after it."""
+    fn = module.flash_attention if module is not None else sdpa
+    compiled = []
+
+    def attention(q, k, v, causal):
+        if not compiled:
+            compiled.append(torch.compile(fn, dynamic=False))
+        return compiled[0](q, k, v, causal)
+
+    @contextlib.contextmanager
+    def context():
+        torch._dynamo.reset()  # a fresh cache for this shape (see above)
+        compiled.clear()
+        with impl.context():
+            yield
+
+    def backend(q, k, v, causal):  # SDPA: what the compiled graph called (with gradients: the graph timed)
+        return dispatched_backend(lambda: attention(*(t.detach().requires_grad_(True) for t in (q, k, v)), causal))
+
+    return Impl(
+        name=impl.name + COMPILED,
+        forward=lambda q, k, v, c: {"O": attention(q, k, v, c)},
+        attention=attention,
+        context=context,
+        max_n=impl.max_n,
+        graph=impl.graph,
+        backward_max_n=impl.backward_max_n,
+        backward_graph=impl.backward_graph,
+        backend=impl.backend if module is not None else backend,
+    )

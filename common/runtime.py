@@ -29,6 +29,18 @@ COMPILED = HAS_GPU and not INTERPRET  # Triton compiles and launches for real: w
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 
 
+_CAPABILITY = {}
+
+
+def capability(device):
+    """torch.cuda.get_device_capability(device), asked once per device: a call costs microseconds,
+    which a kernel's routing check would otherwise pay on every call."""
+    found = _CAPABILITY.get(device)
+    if found is None:
+        found = _CAPABILITY[device] = torch.cuda.get_device_capability(device)
+    return found
+
+
 def _descriptor_scratch(size: int, alignment: int, stream):
     # In-kernel tensor descriptors (tl.make_tensor_descriptor) are written by each program into
     # a small global-memory scratch buffer (on Hopper: the TMA descriptor, 128 bytes). Triton

@@ -312,13 +312,13 @@ def flash_forward(Q, K, V, is_causal):
         plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
     gluon, key, grid, tail, meta, label = plan
     q, k, v = _flat(Q), _flat(K), _flat(V)
-    o = torch.empty_like(q)
+    o = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)  # contiguous: (B*H, N, D) in memory
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
     if new and not gluon:  # the autotuner's configurations, compiled together (once per shape class)
         triton_tools.compile_together([(_attn_fwd, (q, k, v, o, lse, *tail), meta)], _compiled, key)
     (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
-    return o.view(Q.shape), lse
+    return o, lse
 
 
 def forward_config():
@@ -719,10 +719,26 @@ _launch_dq_convert = fast_launch.Launch(gluon_backward._dq_convert)
 _last_backward = {"label": None}
 
 
-def _gluon_backward(q, k, v, o, do, lse, is_causal):
-    """dQ, dK, dV of (BH, N, D) tensors from gluon_backward.py's kernel, in three launches."""
-    launchers = (_launch_bwd_prepare, _launch_bwd_gluon, _launch_dq_convert)
-    return gluon_backward.launch(q, k, v, o, do, lse, is_causal, launchers=launchers)
+_LAUNCHERS = (_launch_bwd_prepare, _launch_bwd_gluon, _launch_dq_convert)
+
+# (Q.shape, K.shape, dtype, device, causal) -> the gluon_backward.Plan of such a call: what its three
+# launches need that the shapes fix, worked out on the first call (as _plans is for the forward).
+_bwd_plans = {}
+
+
+def _gluon_backward(Q, K, V, O, L, dO, is_causal):
+    """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches."""
+    q, k, v, o, do = _flat(Q), _flat(K), _flat(V), _flat(O), _flat(dO)  # copies only if strided
+    lse = L.contiguous()
+    signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
+    plan = _bwd_plans.get(signature)
+    if plan is None:  # the first call of these shapes: compile (or wait for compile_backward_ahead), plan
+        kernels = lambda: _gluon_kernels(q, k, v, o, do, lse, is_causal)  # noqa: E731
+        triton_tools.compile_together(kernels, _bwd_compiled, _gluon_key(q, is_causal))
+        if len(_bwd_plans) >= _MAX_PLANS:
+            _bwd_plans.clear()
+        plan = _bwd_plans[signature] = gluon_backward.Plan(Q.shape, K.shape, Q.device, Q.dtype, is_causal)
+    return plan.run(q, k, v, o, do, lse, _LAUNCHERS)
 
 
 def backward_label():
@@ -755,6 +771,9 @@ def _bwd_key(q, n_k, is_causal, atomic_dq):
     return (q.device, q.dtype, q.shape[-1], is_causal, n_bucket(q.shape[-2], n_k), atomic_dq)
 
 
+_ahead = set()  # the calls compile_backward_ahead has seen: (shapes, dtype, device, causal, GLUON, determinism)
+
+
 def compile_backward_ahead(Q, K, V, is_causal):
     """Start compiling the backward's kernels for this call's shape class on a background thread,
     before the forward compiles its own: the two compile side by side, and the first backward
@@ -763,8 +782,15 @@ def compile_backward_ahead(Q, K, V, is_causal):
     a tensor is its dtype and whether its address is 16-byte aligned, and those are the same."""
     if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
         return
+    repeatable = torch.are_deterministic_algorithms_enabled()
+    signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal, GLUON, repeatable)
+    if signature in _ahead:  # these shapes were seen: a dict lookup, not the checks below
+        return
+    if len(_ahead) >= _MAX_PLANS:
+        _ahead.clear()
+    _ahead.add(signature)
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    gluon = GLUON and not torch.are_deterministic_algorithms_enabled() and gluon_backward.supported(Q, is_causal)
+    gluon = GLUON and not repeatable and gluon_backward.supported(Q, is_causal)
     key = _gluon_key(Q, is_causal) if gluon else _bwd_key(Q, n_k, is_causal, False)
     if key in _bwd_compiled:
         return
@@ -792,7 +818,7 @@ def _gluon_kernels(q, k, v, o, do, lse, is_causal):
     calls = []
     record = lambda kernel: lambda key, programs, *args, **meta: calls.append((kernel, args, meta))  # noqa: E731
     kernels = (gluon_backward._bwd_prepare, gluon_backward._attn_bwd_ws, gluon_backward._dq_convert)
-    gluon_backward.launch(q, k, v, o, do, lse.reshape(q.shape[:2]), is_causal, launchers=[record(kn) for kn in kernels])
+    gluon_backward.launch(q, k, v, o, do, lse, is_causal, launchers=[record(kn) for kn in kernels])
     return calls
 
 
@@ -800,20 +826,17 @@ def _gluon_kernels(q, k, v, o, do, lse, is_causal):
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
     set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset
+    # gluon_backward.ROUTE, on Hopper; its dQ sum's order varies, so not where PyTorch is asked for
+    # deterministic algorithms (part 4's kernels give the same bits on every call)
+    repeatable = torch.are_deterministic_algorithms_enabled()
+    if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(Q, is_causal):
+        _last_backward["label"] = "gluon"
+        return _gluon_backward(Q, K, V, O, L, dO, is_causal)
+    _last_backward["label"] = "tl"
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
     n_seqs = q.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
-    # gluon_backward.ROUTE, on Hopper; its dQ sum's order varies, so not where PyTorch is asked for
-    # deterministic algorithms (part 4's kernels give the same bits on every call)
-    repeatable = torch.are_deterministic_algorithms_enabled()
-    if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(q, is_causal):
-        kernels = lambda: _gluon_kernels(q, k, v, o, do, lse, is_causal)  # noqa: E731
-        triton_tools.compile_together(kernels, _bwd_compiled, _gluon_key(q, is_causal))
-        dq, dk, dv = _gluon_backward(q, k, v, o, do, lse, is_causal)
-        _last_backward["label"] = "gluon"
-        return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
-    _last_backward["label"] = "tl"
     delta = torch.empty_like(lse)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     dq32 = torch.zeros(q.shape if atomic_dq else 0, dtype=torch.float32, device=q.device)  # atomics only

@@ -28,7 +28,7 @@ the CPU).
 import torch
 import triton
 
-from common.runtime import INTERPRET
+from common.runtime import INTERPRET, capability
 
 try:  # Gluon is experimental: a Triton without it (or with another API) falls back to the tl kernel
     from triton.experimental import gluon
@@ -392,7 +392,7 @@ def supported(q):
         and q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
         and q.shape[-1] in CONFIGS
-        and torch.cuda.get_device_capability(q.device) == (9, 0)
+        and capability(q.device) == (9, 0)
     )
 
 

@@ -32,11 +32,13 @@ keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the inte
 atomic_dq=True, and torch.use_deterministic_algorithms(True): this kernel's dQ bits vary).
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
 
-from common.runtime import INTERPRET
+from common.runtime import INTERPRET, capability
 
 try:  # Gluon is experimental: a Triton without it (or with another API) keeps part 4's kernels
     from triton.experimental import gluon
@@ -498,7 +500,7 @@ def supported(q, is_causal, route=True):
         and q.dtype in (torch.bfloat16, torch.float16)
         and d in (64, 128)
         and (not route or (d, is_causal) in ROUTE)
-        and torch.cuda.get_device_capability(q.device) == (9, 0)
+        and capability(q.device) == (9, 0)
     )
 
 
@@ -523,43 +525,61 @@ def group_size(n_seqs, n_q, d, l2_budget=L2_BUDGET):
     return min(max(l2_budget // (n_q * d * 8), 1), n_seqs)
 
 
-def allocate(q, k):
-    """The backward's outputs and scratch for (BH, N, D) q and k: dK, dV, the float32 dQ sum, and
-    L * log2(e) and D_i with rows padded to whole query tiles."""
-    n_seqs, n_q, _ = q.shape
-    padded = triton.cdiv(n_q, BLOCK_M) * BLOCK_M
-    stats = torch.empty(2, n_seqs, padded, dtype=torch.float32, device=q.device)
-    dq32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    return torch.empty_like(k), torch.empty_like(k), dq32, stats[0], stats[1]
-
-
 def _triton_path(kernel):
     """kernel as a launcher with Launch's call signature (key, grid, *args, **constexprs), through
     Triton's own launch path (the key is not needed there)."""
     return lambda key, grid, *args, **constexprs: kernel[lambda meta: (grid(meta),)](*args, **constexprs)
 
 
+class Plan:
+    """What the backward's three launches need that the shapes alone fix, worked out once: the
+    programs of each launch, their keys and arguments, the compile-time constants. A repeated call
+    of the same shapes (a training loop) reuses it and pays only for its allocations and launches.
+
+    q_shape, k_shape: the shapes of the caller's Q and K, (BH, N, D) or (..., N, D); the gradients come
+    back in them. order: ORDER's program order (None: default_order)."""
+
+    def __init__(self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET):
+        n_q, n_k, d = q_shape[-2], k_shape[-2], q_shape[-1]
+        n_seqs = math.prod(q_shape[:-2])
+        self.device, self.dtype = device, dtype
+        self.q_shape, self.k_shape = tuple(q_shape), tuple(k_shape)
+        self.stats_shape = (2, n_seqs, -(-n_q // BLOCK_M) * BLOCK_M)  # L * log2(e) and D_i, whole tiles
+        self.dq32_shape = (n_seqs, n_q, d)
+        self.meta = constexprs(d, is_causal, order, n_q)
+        n_prepare, n_main = -(-n_q // BLOCK_M) * n_seqs, -(-n_k // BLOCK_N) * n_seqs
+        n_convert = -(-(n_seqs * n_q * d) // CONVERT_BLOCK)
+        self.prepare = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
+        group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
+        self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"])), lambda _: n_main)
+        self.main_args = (n_q, n_k, n_seqs, group, d**-0.5)
+        self.convert = ((device, dtype), lambda _: n_convert, (n_seqs * n_q * d, d**-0.5), dict(BLOCK=CONVERT_BLOCK))
+
+    def run(self, q, k, v, o, do, lse, launchers):
+        """dQ, dK, dV (shaped like the plan's Q and K) of contiguous q, k, v, o, do (any shape of the
+        same memory: a kernel sees only the address) and lse, with launchers as launch() takes them."""
+        prepare, main, convert = launchers
+        stats = torch.empty(self.stats_shape, dtype=torch.float32, device=self.device)
+        dq32 = torch.empty(self.dq32_shape, dtype=torch.float32, device=self.device)
+        lse2, delta = stats[0], stats[1]
+        dk = torch.empty(self.k_shape, dtype=self.dtype, device=self.device)
+        dv = torch.empty(self.k_shape, dtype=self.dtype, device=self.device)
+        key, grid, args, meta = self.prepare
+        prepare(key, grid, o, do, lse, lse2, delta, dq32, *args, **meta)
+        key, grid = self.main
+        main(key, grid, q, k, v, do, lse2, delta, dk, dv, dq32, *self.main_args, **self.meta)
+        dq = torch.empty(self.q_shape, dtype=self.dtype, device=self.device)
+        key, grid, args, meta = self.convert
+        convert(key, grid, dq32, dq, *args, **meta)
+        return dq, dk, dv
+
+
 def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
     """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
-    _dq_convert. launchers: the three as callables with the signature of part 5's Launch
-    (flash_backward passes its own, which skip Triton's per-call Python); None: Triton's own launch
-    path (the studies and tests). l2_budget: what GROUPED fits a group of sequences in (group_size)."""
-    prepare, main, convert = launchers or (
-        _triton_path(_bwd_prepare),
-        _triton_path(_attn_bwd_ws),
-        _triton_path(_dq_convert),
-    )
-    n_seqs, n_q, d = q.shape
-    n_k = k.shape[1]
-    dk, dv, dq32, lse2, delta = allocate(q, k)
-    programs = lambda _: triton.cdiv(n_q, BLOCK_M) * n_seqs  # noqa: E731
-    prepare((q.device, q.dtype, d), programs, o, do, lse, lse2, delta, dq32, n_q, n_seqs, D=d, BLOCK_M=BLOCK_M)
-    programs = lambda _: triton.cdiv(n_k, BLOCK_N) * n_seqs  # noqa: E731
-    meta = constexprs(d, is_causal, order, n_q)
-    key = (q.device, q.dtype, d, is_causal, int(meta["ORDER"]))
-    group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
-    main(key, programs, q, k, v, do, lse2, delta, dk, dv, dq32, n_q, n_k, n_seqs, group, d**-0.5, **meta)
-    dq = torch.empty_like(q)
-    programs = lambda _: triton.cdiv(dq.numel(), CONVERT_BLOCK)  # noqa: E731
-    convert((q.device, q.dtype), programs, dq32, dq, dq.numel(), d**-0.5, BLOCK=CONVERT_BLOCK)
-    return dq, dk, dv
+    _dq_convert (a Plan for these shapes, used once). launchers: the three as callables with the
+    signature of part 5's Launch (flash_backward passes its own, which skip Triton's per-call
+    Python); None: Triton's own launch path (the studies and tests). l2_budget: what GROUPED fits a
+    group of sequences in (group_size)."""
+    launchers = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws), _triton_path(_dq_convert))
+    plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget)
+    return plan.run(q, k, v, o, do, lse, launchers)

@@ -153,3 +153,41 @@ def test_one_bad_argument_in_a_known_good_call(part):
         ]:
             with pytest.raises(exc, match=pattern):
                 module.FlashAttention.apply(*args)
+
+
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _grads(module, q, k, v, do, causal):
+    """O, L and the gradients of a forward + backward through autograd, and which backward ran."""
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    o = module.FlashAttention.apply(*leaves, causal)
+    dq, dk, dv = torch.autograd.grad(o, leaves, do)
+    lse = module.flash_forward(q, k, v, causal)[1]
+    return {"O": o.detach(), "L": lse, "dQ": dq, "dK": dk, "dV": dv}, module.backward_label()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward (and its plans) runs on a Hopper GPU (sm_90) only")
+@pytest.mark.parametrize("d", [64, 128])
+def test_a_backward_after_another_signature_gets_its_own_plan(part, d):
+    """The Gluon backward keeps a plan per call signature (gluon_backward.Plan): every shape, causal
+    and not, in turn and again, gets its own programs and arguments; gradients come back in the
+    inputs' shapes and pass the check; a strided or misaligned input or upstream gradient of known
+    shapes is still copied before the launches."""
+    module = parts.load(part)
+    shapes = [Shape(s.lead, s.n_q, s.n_k, d) for s in (SHAPE, *OTHERS) if s.d == SHAPE.d]
+    for causal in (False, True):
+        for i, shape in enumerate(shapes + shapes[:1]):  # the first again, after the others
+            q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=30 + i)
+            out, label = _grads(module, q, k, v, do, causal)
+            assert label == "gluon", f"{shape} causal={causal}: ran {label}"
+            assert [out[n].shape for n in ("dQ", "dK", "dV")] == [q.shape, k.shape, v.shape]
+            assert_report_ok(check_outputs(out, q, k, v, do, causal), f"{shape} causal={causal}")
+    q, k, v, do = make_inputs(shapes[0], torch.bfloat16, DEVICE, seed=30)
+    for change in (_transposed, _misaligned):
+        for name in ("q", "k", "do"):
+            changed = [change(t) if n == name else t for n, t in zip(("q", "k", "v", "do"), (q, k, v, do))]
+            out, label = _grads(module, *changed, True)
+            assert label == "gluon"
+            assert_report_ok(check_outputs(out, *changed, True), f"{change.__name__} {name}")
