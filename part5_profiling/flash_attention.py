@@ -11,7 +11,9 @@ written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
   float32 by TMA reduce-adds. Part 4's kernels keep the rest, and every call made under
   torch.use_deterministic_algorithms(True): the Gluon dQ's last bits follow the order its adds arrive.
 - Every kernel launches through fast_launch.Launch, which skips Triton's per-call Python after the
-  first call of a shape class: below N = 4096 that Python takes longer than the kernels.
+  first call of a shape class: below N = 4096 that Python takes longer than the kernels. What the
+  shapes fix is worked out once per call signature: the forward's plan (_plan), the Gluon
+  backward's (gluon_backward.Plan).
 
 The kernels below are part 4's, unchanged. The studies behind each choice are in tools/.
 

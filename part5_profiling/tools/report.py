@@ -167,6 +167,152 @@ def table_launch_cost(gpu_dir):
     return "\n".join(out)
 
 
+def table_host_check(gpu_dir):
+    """Part 5's host split before and after a change to its host path: launch_cost run at each commit in
+    turn, each a fresh process, the runs' rows gathered in one CSV with a `run` column; per run and
+    threading, the pieces of part 5's forward + backward and SDPA cuDNN's total from the same process."""
+    import statistics
+
+    rows = read_csv(gpu_dir / "part5_host_check.csv")
+    commits = list(dict.fromkeys(r["commit"] for r in sorted(rows, key=lambda r: (r["date"], r["run"]))))
+    split = {
+        (r["commit"], r["run"], str(r["part"]), r["mode"], r["group"]): r["us"]
+        for r in rows
+        if r["what"] == "host split"
+    }
+    pieces = ["forward", "backward body", "engine and hand-off", "total"]
+    modes = list(dict.fromkeys(r["mode"] for r in rows if r["what"] == "host split"))
+    body, ratios = [], {}
+    runs_of = lambda commit: sorted({r["run"] for r in rows if r["commit"] == commit})  # noqa: E731
+    for mode in modes:
+        for commit in commits:
+            for run in runs_of(commit):
+                ours = [split.get((commit, run, "5", mode, f"{p} (median)")) for p in pieces]
+                theirs = split.get((commit, run, "sdpa_cudnn", mode, "total (median)"))
+                ratio = ours[-1] / theirs if ours[-1] and theirs else None
+                ratios.setdefault((mode, commit), []).append(ratio)
+                cells = ["—" if x is None else f"{x:.0f}" for x in (*ours, theirs)]
+                body.append([mode, commit, run, *cells, "—" if ratio is None else f"{ratio:.2f}x"])
+    medians = [
+        f"{mode}, {commit}: {statistics.median(xs):.2f}x" for (mode, commit), xs in ratios.items() if None not in xs
+    ]
+    return "\n".join(
+        [
+            provenance_line(
+                rows,
+                "python -m part5_profiling.tools.launch_cost --part 5 --sdpa cudnn` at each commit "
+                "in turn, the runs' rows gathered in one CSV with a `run` column; `make report",
+            ),
+            "",
+            f"N = {rows[0]['N']}, D = 128, bf16, B = 4, H = 8: median microseconds per forward + backward through "
+            "autograd (each the middle of the run's three rounds), part 5's split in its pieces, SDPA cuDNN's total "
+            "in the same process, and part 5's total over cuDNN's:",
+            "",
+            markdown_table(
+                ["mode", "commit", "run", *(f"part 5: {p}" for p in pieces), "cuDNN: total", "part 5 / cuDNN"],
+                body,
+                "lll" + "r" * (len(pieces) + 2),
+            ),
+            "",
+            "Median of part 5 / cuDNN over the runs: " + "; ".join(medians) + ".",
+            "",
+            "The same runs, part 5 alone at N = 512: host microseconds per call issuing calls back to back "
+            "(`host_us`) for the forward and for flash_backward called directly, and the total under cProfile "
+            "(every group added; cProfile slows Python):",
+            "",
+            markdown_table(
+                ["commit", "run", "fwd: host", "bwd: host", "fwd: cProfile", "bwd: cProfile"],
+                [[commit, run, *_host_cells(rows, commit, run)] for commit in commits for run in runs_of(commit)],
+                "llrrrr",
+            ),
+        ]
+    )
+
+
+def _host_cells(rows, commit, run, n=512):
+    """Part 5's host_us of fwd and bwd at N = n in one run, and its cProfile totals of each."""
+    mine = [r for r in rows if r["commit"] == commit and r["run"] == run and str(r["part"]) == "5" and r["N"] == n]
+    host = {r["mode"]: r["us"] for r in mine if r["what"] == "host_us"}
+    profiled = {}
+    for r in mine:
+        if r["what"] == "host, by group (cProfile)":
+            profiled[r["mode"]] = profiled.get(r["mode"], 0) + r["us"]
+    cells = [host.get("fwd"), host.get("bwd"), profiled.get("fwd"), profiled.get("bwd")]
+    return ["—" if x is None else f"{x:.0f}" for x in cells]
+
+
+COMPILED_COMMAND = (
+    "python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd --n 512 --n 1024 --n 2048 --n 4096` "
+    "with RESULTS_DIR set to a folder of its own, its bench.csv saved as bench_compiled.csv; `make report"
+)
+
+
+def table_framework(gpu_dir):
+    """Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile, by do_bench, and
+    the GPU's time alone (CUDA-graph replay): what the host costs, and how much of it the framework
+    hides. Only the rows of the run that timed the compiled calls: host numbers compare within a run."""
+    rows = read_csv(gpu_dir / "bench_compiled.csv")
+    run = {r["run_id"] for r in rows if r["impl"] == "part5_compiled" and r["mode"] == "fwd+bwd"}
+    impls = ("part5", "part5_compiled", "sdpa_cudnn", "sdpa_cudnn_compiled")
+    used = [r for r in rows if r["run_id"] in run and r["mode"] == "fwd+bwd" and r["impl"] in impls]
+    ms = {(r["impl"], r["D"], r["causal"], r["N"], col): r[col] for r in used for col in ("ms", "graph_ms")}
+
+    def us(impl, d, c, n, col="ms"):
+        x = ms.get((impl, d, c, n, col))
+        return "—" if x is None else f"{x * 1000:.0f}"
+
+    def ratio(impl, base, d, c, n, col="ms"):  # base's time over impl's: above 1, impl is faster
+        a, b = ms.get((impl, d, c, n, col)), ms.get((base, d, c, n, col))
+        return "—" if a is None or b is None else f"{b / a:.2f}x"
+
+    ns = sorted({r["N"] for r in used})
+    body = [
+        [
+            d,
+            yes_no(c),
+            n,
+            us("part5", d, c, n),
+            us("part5_compiled", d, c, n),
+            us("part5", d, c, n, "graph_ms"),
+            us("sdpa_cudnn", d, c, n),
+            us("sdpa_cudnn_compiled", d, c, n),
+            us("sdpa_cudnn", d, c, n, "graph_ms"),
+            ratio("part5", "sdpa_cudnn", d, c, n),
+            ratio("part5_compiled", "sdpa_cudnn_compiled", d, c, n),
+            ratio("part5", "sdpa_cudnn", d, c, n, "graph_ms"),
+        ]
+        for d, c in PANELS
+        for n in ns
+        if ("part5", d, c, n, "ms") in ms
+    ]
+    header = [
+        "D",
+        "causal",
+        "N",
+        "part 5",
+        "part 5, compiled",
+        "part 5, graph",
+        "cuDNN",
+        "cuDNN, compiled",
+        "cuDNN, graph",
+        "part 5 / cuDNN",
+        "compiled",
+        "graph",
+    ]
+    return "\n".join(
+        [
+            provenance_line(used, COMPILED_COMMAND),
+            "",
+            "Forward + backward (the forward, then torch.autograd.grad), B=4, H=8, bf16, microseconds per call: "
+            "eager and inside torch.compile by `do_bench` (launched from Python, L2 flushed), and the eager call "
+            "replayed from a CUDA graph (the GPU's time alone); then part 5's speed as a share of cuDNN's "
+            "(cuDNN's time over part 5's) each way. One run:",
+            "",
+            markdown_table(header, body, "llr" + "r" * (len(header) - 3)),
+        ]
+    )
+
+
 def table_stages(gpu_dir):
     rows = read_csv(gpu_dir / "part5_stages.csv")
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -509,6 +655,8 @@ TABLES = {
     "part5-candidates": table_candidates,
     "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
+    "part5-framework": table_framework,
+    "part5-host-check": table_host_check,
     "part5-gluon": table_gluon,
     "part5-gluon-bwd": table_gluon_bwd,
     "part5-train-step": table_train_step,
@@ -539,6 +687,18 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "Microseconds per call on the GPU (graph replay), on the host (issuing the calls) and by `do_bench`, "
         "and where the host's time goes.",
         "part5-launch-cost",
+    ),
+    (
+        "The host path before and after",
+        "Part 5's host split (launch cost's last table) at the commit before a change to its host path and at "
+        "the change, in interleaved fresh processes, beside SDPA cuDNN's in each.",
+        "part5-host-check",
+    ),
+    (
+        "What the framework hides",
+        "Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile, by `do_bench`, beside "
+        "the GPU's time alone (CUDA-graph replay): the host's cost per call, and what the framework takes off it.",
+        "part5-framework",
     ),
     (
         "What the compiler makes of the candidates",
