@@ -6,6 +6,7 @@
     python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
     python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
     python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd   # also each inside torch.compile
+    python -m common.bench --part 5 --sdpa cudnn --compiled-cudagraphs --mode fwd+bwd   # ... with CUDA graphs
     python -m common.bench --d 128 --causal 1 --n 2048    # one shape of the grid
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
@@ -32,7 +33,7 @@ import torch
 
 from common import parts, results, runtime
 from common.check import check_slices, verdict
-from common.impls import COMPILED, FLEX, SDPA_BACKENDS, compiled_impl, flex_impl, part_impl, sdpa_impl
+from common.impls import COMPILED, CUDAGRAPHS, FLEX, SDPA_BACKENDS, compiled_impl, flex_impl, part_impl, sdpa_impl
 from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, graph_time_ms, tflops, time_ms
 
@@ -175,9 +176,12 @@ def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False
 
 
 def impl_order(name):
-    """Parts by number, SDPA's backends as listed, FlexAttention, then the same inside torch.compile."""
+    """Parts by number, SDPA's backends as listed, FlexAttention, then the same inside torch.compile,
+    then inside torch.compile with CUDA graphs."""
     if name.endswith(COMPILED):
         return (3, *impl_order(name.removesuffix(COMPILED)))
+    if name.endswith(CUDAGRAPHS):
+        return (4, *impl_order(name.removesuffix(CUDAGRAPHS)))
     if name == FLEX:
         return (2, 0)
     if name.startswith("part"):
@@ -230,6 +234,11 @@ def main(argv=None):
         action="store_true",
         help="also time each part and SDPA backend inside torch.compile (compiles per shape: slow to start)",
     )
+    ap.add_argument(
+        "--compiled-cudagraphs",
+        action="store_true",
+        help="also time each inside torch.compile(mode='reduce-overhead'): CUDA graphs too",
+    )
     args = ap.parse_args(argv)
     try:
         part_numbers = parts.require(args.part) if args.part else parts.available()
@@ -243,8 +252,9 @@ def main(argv=None):
     impls = [part_impl(n) for n in part_numbers]
     backends = args.sdpa or list(SDPA_BACKENDS)
     impls += [] if args.no_sdpa else [sdpa_impl(name) for name in backends]
-    if args.compiled:  # parts through their flash_attention op, SDPA as itself
-        impls += [compiled_impl(i, parts.load(i.part) if i.part is not None else None) for i in impls]
+    eager = list(impls)  # parts through their flash_attention op, SDPA as itself
+    for cudagraphs in [False] * args.compiled + [True] * args.compiled_cudagraphs:
+        impls += [compiled_impl(i, parts.load(i.part) if i.part is not None else None, cudagraphs) for i in eager]
     impls += [flex_impl()] if args.flex else []
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"

@@ -30,6 +30,7 @@ SDPA_BACKENDS = {
 }
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
 COMPILED = "_compiled"  # an implementation's name + this: the same inside torch.compile (--compiled)
+CUDAGRAPHS = "_compiled_cudagraphs"  # ... inside torch.compile(mode="reduce-overhead"): CUDA graphs too
 
 
 @dataclass
@@ -58,6 +59,8 @@ def impl_label(name):
     "part5_compiled" -> "part 5 (torch.compile)"."""
     if name.endswith(COMPILED):
         return f"{impl_label(name.removesuffix(COMPILED))} (torch.compile)"
+    if name.endswith(CUDAGRAPHS):
+        return f"{impl_label(name.removesuffix(CUDAGRAPHS))} (torch.compile, CUDA graphs)"
     if name == FLEX:
         return "FlexAttention"
     return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
@@ -176,26 +179,29 @@ def flex_impl():
     return Impl(name=FLEX, forward=lambda q, k, v, c: {"O": flex(q, k, v, c)}, attention=flex)
 
 
-def compiled_impl(impl, module=None):
+def compiled_impl(impl, module=None, cudagraphs=False):
     """impl inside torch.compile: a part through its flash_attention op (module: the part's), SDPA as
     itself. What the framework does with the host's work per call: Dynamo's guards and AOTAutograd's
-    wrappers replace the eager Python of the call, and the benchmark's CUDA-graph column replays it.
+    wrappers replace the eager Python of the call. cudagraphs: mode="reduce-overhead", which also
+    records the compiled forward and backward in CUDA graphs and replays them (not timed again by
+    the benchmark's own graph replay, which cannot capture a replay).
 
     Each shape compiles its own graph (dynamic=False: the shapes a model fixes); Dynamo's caches are
     cleared when the shape is entered (the context), so that no shape runs into Dynamo's limit on
     recompilations and falls back to eager. The check's call compiles; the timers' warm-up runs
     come after it."""
     fn = module.flash_attention if module is not None else sdpa
+    mode = "reduce-overhead" if cudagraphs else None
     compiled = []
 
     def attention(q, k, v, causal):
         if not compiled:
-            compiled.append(torch.compile(fn, dynamic=False))
+            compiled.append(torch.compile(fn, dynamic=False, mode=mode))
         return compiled[0](q, k, v, causal)
 
     @contextlib.contextmanager
     def context():
-        torch._dynamo.reset()  # a fresh cache for this shape (see above)
+        torch._dynamo.reset()  # a fresh cache for this shape (see above), and its CUDA graphs freed
         compiled.clear()
         with impl.context():
             yield
@@ -204,13 +210,14 @@ def compiled_impl(impl, module=None):
         return dispatched_backend(lambda: attention(*(t.detach().requires_grad_(True) for t in (q, k, v)), causal))
 
     return Impl(
-        name=impl.name + COMPILED,
+        name=impl.name + (CUDAGRAPHS if cudagraphs else COMPILED),
         forward=lambda q, k, v, c: {"O": attention(q, k, v, c)},
         attention=attention,
         context=context,
         max_n=impl.max_n,
-        graph=impl.graph,
+        graph=impl.graph and not cudagraphs,
         backward_max_n=impl.backward_max_n,
-        backward_graph=impl.backward_graph,
-        backend=impl.backend if module is not None else backend,
+        backward_graph=impl.backward_graph and not cudagraphs,
+        # a replayed graph shows the profiler no operator names: SDPA's pin says what runs there
+        backend=impl.backend if module is not None or cudagraphs else backend,
     )

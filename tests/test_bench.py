@@ -263,29 +263,37 @@ def test_lone_backward_replays_from_a_cuda_graph(name):
 
 @pytest.mark.only_parts(5)
 def test_compiled_rows_run_inside_torch_compile(part):
-    """--compiled: a part through its flash_attention op inside torch.compile, checked like the eager
-    one in both modes it is timed in (one graph compiled per shape and mask, none falling back to
-    eager), named after it and ordered after every eager implementation."""
+    """--compiled and --compiled-cudagraphs: a part through its flash_attention op inside
+    torch.compile, checked like the eager one in both modes it is timed in (one graph compiled per
+    shape and mask, none falling back to eager), named after it and ordered after every eager
+    implementation, the CUDA-graph mode last."""
     from torch._dynamo.utils import counters
 
     q, k, v, do = make_inputs(Shape((1, 2), 40, 33, 16), torch.float32, DEVICE, seed=6)
-    impl = impls.compiled_impl(impls.part_impl(part), parts.load(part))
-    assert impl.name == f"part{part}_compiled" and impl.graph and impl.part is None  # not in the parts' plots
-    for causal in (False, True):
-        with impl.context():  # a fresh Dynamo cache for each shape
-            counters.clear()
-            for mode in ("fwd", "fwd+bwd"):
-                report = bench.check(impl, mode, q, k, v, do, causal)
-                assert report.ok, f"causal={causal} {mode}: {report}"
-            assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"], dict(counters)
+    for cudagraphs in (False, True):  # on a CPU, reduce-overhead compiles without CUDA graphs
+        impl = impls.compiled_impl(impls.part_impl(part), parts.load(part), cudagraphs)
+        assert impl.name == f"part{part}_compiled" + ("_cudagraphs" if cudagraphs else "")
+        assert (
+            impl.part is None and impl.graph is not cudagraphs
+        )  # not in the parts' plots; a replay is not re-captured
+        for causal in (False, True):
+            with impl.context():  # a fresh Dynamo cache for each shape
+                counters.clear()
+                for mode in ("fwd", "fwd+bwd"):
+                    report = bench.check(impl, mode, q, k, v, do, causal)
+                    assert report.ok, f"{impl.name} causal={causal} {mode}: {report}"
+                assert counters["stats"]["unique_graphs"] >= 1 and not counters["graph_break"], dict(counters)
     assert impls.impl_label("part5_compiled") == "part 5 (torch.compile)"
     assert impls.impl_label("sdpa_cudnn_compiled") == "SDPA cuDNN (torch.compile)"
-    names = ["sdpa_cudnn_compiled", "part5_compiled", "flex", "sdpa_cudnn", "part10", "part5"]
-    assert sorted(names, key=bench.impl_order) == [
+    assert impls.impl_label("part5_compiled_cudagraphs") == "part 5 (torch.compile, CUDA graphs)"
+    names = ["sdpa_cudnn_compiled_cudagraphs", "sdpa_cudnn_compiled", "part5_compiled", "flex", "sdpa_cudnn", "part5"]
+    assert sorted(names + ["part10", "part5_compiled_cudagraphs"], key=bench.impl_order) == [
         "part5",
         "part10",
         "sdpa_cudnn",
         "flex",
         "part5_compiled",
         "sdpa_cudnn_compiled",
+        "part5_compiled_cudagraphs",
+        "sdpa_cudnn_compiled_cudagraphs",
     ]
