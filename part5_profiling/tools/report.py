@@ -242,73 +242,68 @@ def _host_cells(rows, commit, run, n=512):
 
 
 COMPILED_COMMAND = (
-    "python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd --n 512 --n 1024 --n 2048 --n 4096` "
-    "with RESULTS_DIR set to a folder of its own, its bench.csv saved as bench_compiled.csv; `make report"
+    "python -m common.bench --part 5 --sdpa cudnn --compiled --compiled-cudagraphs --mode fwd+bwd --n 512 --n 1024 "
+    "--n 2048 --n 4096` with RESULTS_DIR set to a folder of its own, its bench.csv saved as bench_compiled.csv; "
+    "`make report"
 )
+FRAMEWORK_WAYS = {  # column -> the benchmark's name suffix, the column it reads
+    "eager": ("", "ms"),
+    "torch.compile": ("_compiled", "ms"),
+    "torch.compile, CUDA graphs": ("_compiled_cudagraphs", "ms"),
+    "eager, replayed from a CUDA graph": ("", "graph_ms"),
+}
 
 
 def table_framework(gpu_dir):
-    """Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile, by do_bench, and
-    the GPU's time alone (CUDA-graph replay): what the host costs, and how much of it the framework
-    hides. Only the rows of the run that timed the compiled calls: host numbers compare within a run."""
-    rows = read_csv(gpu_dir / "bench_compiled.csv")
-    run = {r["run_id"] for r in rows if r["impl"] == "part5_compiled" and r["mode"] == "fwd+bwd"}
-    impls = ("part5", "part5_compiled", "sdpa_cudnn", "sdpa_cudnn_compiled")
-    used = [r for r in rows if r["run_id"] in run and r["mode"] == "fwd+bwd" and r["impl"] in impls]
-    ms = {(r["impl"], r["D"], r["causal"], r["N"], col): r[col] for r in used for col in ("ms", "graph_ms")}
+    """Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile (with and without
+    its CUDA graphs), by do_bench, and the GPU's time alone (the eager call replayed from a CUDA graph
+    the benchmark captured): what the host costs, and how much of it the framework hides. Each
+    shape's cells come from one run (the run of its eager part 5 row): host numbers compare only
+    within a run."""
+    rows = [r for r in read_csv(gpu_dir / "bench_compiled.csv") if r["mode"] == "fwd+bwd"]
+    shapes = list(dict.fromkeys((r["D"], r["causal"], r["N"]) for r in rows if r["impl"] == "part5"))
+    run_of = {(r["D"], r["causal"], r["N"]): r["run_id"] for r in rows if r["impl"] == "part5"}
+    cell = {
+        (r["impl"], r["D"], r["causal"], r["N"]): r
+        for r in rows
+        if r["run_id"] == run_of.get((r["D"], r["causal"], r["N"]))
+    }
 
-    def us(impl, d, c, n, col="ms"):
-        x = ms.get((impl, d, c, n, col))
-        return "—" if x is None else f"{x * 1000:.0f}"
+    def us(impl, shape, way):
+        suffix, column = FRAMEWORK_WAYS[way]
+        r = cell.get((impl + suffix, *shape))
+        return None if r is None or r[column] is None else r[column] * 1000
 
-    def ratio(impl, base, d, c, n, col="ms"):  # base's time over impl's: above 1, impl is faster
-        a, b = ms.get((impl, d, c, n, col)), ms.get((base, d, c, n, col))
-        return "—" if a is None or b is None else f"{b / a:.2f}x"
-
-    ns = sorted({r["N"] for r in used})
-    body = [
-        [
-            d,
-            yes_no(c),
-            n,
-            us("part5", d, c, n),
-            us("part5_compiled", d, c, n),
-            us("part5", d, c, n, "graph_ms"),
-            us("sdpa_cudnn", d, c, n),
-            us("sdpa_cudnn_compiled", d, c, n),
-            us("sdpa_cudnn", d, c, n, "graph_ms"),
-            ratio("part5", "sdpa_cudnn", d, c, n),
-            ratio("part5_compiled", "sdpa_cudnn_compiled", d, c, n),
-            ratio("part5", "sdpa_cudnn", d, c, n, "graph_ms"),
+    body = []
+    for shape in sorted(shapes, key=lambda s: (s[0], s[1], s[2])):
+        d, c, n = shape
+        mine = [us("part5", shape, w) for w in FRAMEWORK_WAYS]
+        theirs = [us("sdpa_cudnn", shape, w) for w in FRAMEWORK_WAYS]
+        show = lambda xs: ["—" if x is None else f"{x:.0f}" for x in xs]  # noqa: E731
+        body += [
+            [d, yes_no(c), n, "part 5", *show(mine)],
+            ["", "", "", "cuDNN", *show(theirs)],
+            [
+                "",
+                "",
+                "",
+                "part 5 / cuDNN",
+                *("—" if a is None or b is None else f"{b / a:.2f}x" for a, b in zip(mine, theirs)),
+            ],
         ]
-        for d, c in PANELS
-        for n in ns
-        if ("part5", d, c, n, "ms") in ms
-    ]
-    header = [
-        "D",
-        "causal",
-        "N",
-        "part 5",
-        "part 5, compiled",
-        "part 5, graph",
-        "cuDNN",
-        "cuDNN, compiled",
-        "cuDNN, graph",
-        "part 5 / cuDNN",
-        "compiled",
-        "graph",
-    ]
+    used = [r for r in rows if r["run_id"] in set(run_of.values())]
     return "\n".join(
         [
             provenance_line(used, COMPILED_COMMAND),
             "",
-            "Forward + backward (the forward, then torch.autograd.grad), B=4, H=8, bf16, microseconds per call: "
-            "eager and inside torch.compile by `do_bench` (launched from Python, L2 flushed), and the eager call "
-            "replayed from a CUDA graph (the GPU's time alone); then part 5's speed as a share of cuDNN's "
-            "(cuDNN's time over part 5's) each way. One run:",
+            "Forward + backward (the forward, then torch.autograd.grad), B=4, H=8, bf16, microseconds per call by "
+            "`do_bench` (launched from Python, L2 flushed): eager, inside torch.compile, and inside "
+            'torch.compile(mode="reduce-overhead"), which records the compiled forward and backward in CUDA graphs; '
+            "and the eager call replayed from a CUDA graph the benchmark captured (the GPU's time alone). "
+            "Part 5 / cuDNN: cuDNN's time over part 5's (above 1: part 5 faster). Each shape's cells come from "
+            "one run; —: not timed in that run:",
             "",
-            markdown_table(header, body, "llr" + "r" * (len(header) - 3)),
+            markdown_table(["D", "causal", "N", "", *FRAMEWORK_WAYS], body, "llrl" + "r" * len(FRAMEWORK_WAYS)),
         ]
     )
 
@@ -696,8 +691,9 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
     ),
     (
         "What the framework hides",
-        "Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile, by `do_bench`, beside "
-        "the GPU's time alone (CUDA-graph replay): the host's cost per call, and what the framework takes off it.",
+        "Forward + backward of part 5 and SDPA cuDNN, eager and inside torch.compile (with and without its CUDA "
+        "graphs), by `do_bench`, beside the GPU's time alone (CUDA-graph replay): the host's cost per call, and "
+        "whether the framework takes it off.",
         "part5-framework",
     ),
     (
