@@ -33,7 +33,7 @@ import torch
 
 from common import parts, results, runtime
 from common.check import check_slices, verdict
-from common.impls import COMPILED, CUDAGRAPHS, FLEX, SDPA_BACKENDS, compiled_impl, flex_impl, part_impl, sdpa_impl
+from common.impls import FLEX, SDPA_BACKENDS, compiled_impl, compiled_way, flex_impl, part_impl, sdpa_impl
 from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, graph_time_ms, tflops, time_ms
 
@@ -178,10 +178,9 @@ def run_gpu(impls, modes, seq_lens, save=None, head_dims=HEAD_DIMS, masks=(False
 def impl_order(name):
     """Parts by number, SDPA's backends as listed, FlexAttention, then the same inside torch.compile,
     then inside torch.compile with CUDA graphs."""
-    if name.endswith(COMPILED):
-        return (3, *impl_order(name.removesuffix(COMPILED)))
-    if name.endswith(CUDAGRAPHS):
-        return (4, *impl_order(name.removesuffix(CUDAGRAPHS)))
+    base, way = compiled_way(name)
+    if way is not None:
+        return (3 + way, *impl_order(base))
     if name == FLEX:
         return (2, 0)
     if name.startswith("part"):

@@ -31,6 +31,16 @@ SDPA_BACKENDS = {
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
 COMPILED = "_compiled"  # an implementation's name + this: the same inside torch.compile (--compiled)
 CUDAGRAPHS = "_compiled_cudagraphs"  # ... inside torch.compile(mode="reduce-overhead"): CUDA graphs too
+COMPILE_WAYS = {COMPILED: "torch.compile", CUDAGRAPHS: "torch.compile, CUDA graphs"}  # in the benchmark's order
+
+
+def compiled_way(name):
+    """(the eager implementation's name, the position of its suffix in COMPILE_WAYS) for a compiled
+    implementation's name; (name, None) for an eager one."""
+    for i, suffix in enumerate(COMPILE_WAYS):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix), i
+    return name, None
 
 
 @dataclass
@@ -57,10 +67,9 @@ class Impl:
 def impl_label(name):
     """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)",
     "part5_compiled" -> "part 5 (torch.compile)"."""
-    if name.endswith(COMPILED):
-        return f"{impl_label(name.removesuffix(COMPILED))} (torch.compile)"
-    if name.endswith(CUDAGRAPHS):
-        return f"{impl_label(name.removesuffix(CUDAGRAPHS))} (torch.compile, CUDA graphs)"
+    base, way = compiled_way(name)
+    if way is not None:
+        return f"{impl_label(base)} ({list(COMPILE_WAYS.values())[way]})"
     if name == FLEX:
         return "FlexAttention"
     return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))

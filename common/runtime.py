@@ -29,16 +29,22 @@ COMPILED = HAS_GPU and not INTERPRET  # Triton compiles and launches for real: w
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 
 
-_CAPABILITY = {}
+_PROPERTIES = {}
+
+
+def properties(device):
+    """torch.cuda.get_device_properties(device), asked once per device: a call costs microseconds,
+    which a kernel's routing check or grid would otherwise pay on every call."""
+    found = _PROPERTIES.get(device)
+    if found is None:
+        found = _PROPERTIES[device] = torch.cuda.get_device_properties(device)
+    return found
 
 
 def capability(device):
-    """torch.cuda.get_device_capability(device), asked once per device: a call costs microseconds,
-    which a kernel's routing check would otherwise pay on every call."""
-    found = _CAPABILITY.get(device)
-    if found is None:
-        found = _CAPABILITY[device] = torch.cuda.get_device_capability(device)
-    return found
+    """The device's compute capability, (9, 0) on Hopper, from its cached properties."""
+    found = properties(device)
+    return found.major, found.minor
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):

@@ -786,7 +786,7 @@ def compile_backward_ahead(Q, K, V, is_causal):
         return
     repeatable = torch.are_deterministic_algorithms_enabled()
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal, GLUON, repeatable)
-    if signature in _ahead:  # these shapes were seen: a dict lookup, not the checks below
+    if signature in _ahead:  # these shapes were seen: a set lookup, not the checks below
         return
     if len(_ahead) >= _MAX_PLANS:
         _ahead.clear()

@@ -28,7 +28,7 @@ the CPU).
 import torch
 import triton
 
-from common.runtime import INTERPRET, capability
+from common.runtime import INTERPRET, capability, properties
 
 try:  # Gluon is experimental: a Triton without it (or with another API) falls back to the tl kernel
     from triton.experimental import gluon
@@ -396,18 +396,13 @@ def supported(q):
     )
 
 
-_SMS = {}
-
-
 def programs(n_q, n_seqs, d, device, persistent=True, warpgroups=None):
     """Programs to launch: one per SM (persistent: each takes query tiles in turn until none are
     left), or fewer when there are fewer query tiles; persistent=False: one per query tile."""
     tiles = triton.cdiv(n_q, (warpgroups or CONFIGS[d]["WARPGROUPS"]) * ROWS) * n_seqs
     if not persistent:
         return tiles
-    if device.index not in _SMS:
-        _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
-    return min(tiles, _SMS[device.index])
+    return min(tiles, properties(device).multi_processor_count)
 
 
 def label(d):

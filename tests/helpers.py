@@ -12,6 +12,8 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = ["fp32", "fp16", "bf16"]
 
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (full-size shapes are too slow elsewhere)")
+HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on a Hopper GPU (sm_90) only")
 
 
 def skip_unsupported(part, dtype):

@@ -14,11 +14,9 @@ import torch
 from common import ROOT, parts
 from common.check import check_outputs, check_part
 from common.inputs import STRESS_SCALE, Shape, make_inputs
-from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok, deterministic_algorithms
+from tests.helpers import DEVICE, HOPPER, INTERPRET, assert_report_ok, deterministic_algorithms, needs_hopper
 
 pytestmark = pytest.mark.only_parts(5)
-HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
-needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernel runs on a Hopper GPU (sm_90) only")
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])

@@ -9,7 +9,7 @@ import torch
 from common import parts
 from common.check import check_outputs
 from common.inputs import Shape, make_inputs
-from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok
+from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok, needs_hopper
 from tests.test_bad_inputs import CASES
 
 pytestmark = pytest.mark.only_parts(5)
@@ -155,9 +155,6 @@ def test_one_bad_argument_in_a_known_good_call(part):
                 module.FlashAttention.apply(*args)
 
 
-HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
-
-
 def _grads(module, q, k, v, do, causal):
     """O, L and the gradients of a forward + backward through autograd, and which backward ran."""
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
@@ -168,7 +165,7 @@ def _grads(module, q, k, v, do, causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward (and its plans) runs on a Hopper GPU (sm_90) only")
+@needs_hopper
 @pytest.mark.parametrize("d", [64, 128])
 def test_a_backward_after_another_signature_gets_its_own_plan(part, d):
     """The Gluon backward keeps a plan per call signature (gluon_backward.Plan): every shape, causal
