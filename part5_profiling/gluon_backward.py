@@ -19,9 +19,20 @@ per tile pair where five would do. This kernel makes the five once:
   (cp.reduce.async.bulk: the add happens in L2, no atomics instruction per element). Programs for
   different key tiles add into the same rows in any order, so dQ's last bits can differ from run
   to run (part 4's two-kernel backward is bitwise repeatable);
+- the float32 dQ is kept in fragment order (as FlashAttention-3 keeps its dQ accumulator): each
+  64 x 64 block in the order a warpgroup's registers hold it (_fragment_order), so that a thread
+  stores its values four at a time to consecutive addresses, with no swizzle to compute and no bank
+  conflicts, and the TMA add copies 16 KB as they lie;
 - a small tl kernel first writes D_i = rowsum(dO_i * O_i) and L_i * log2(e), padded with zeros to
-  whole query tiles (no masks in the inner loop), and zeroes the float32 dQ; another converts it to
-  Q's dtype at the end (times the softmax scale).
+  whole query tiles (no masks in the inner loop), and zeroes the float32 dQ; another puts it back
+  in row order and Q's dtype at the end (times the softmax scale).
+
+At D = 128 a warpgroup's dK and dV (four 64 x 64 float32 accumulators) take 128 of its 240
+registers, S^T and dP^T 64 more: what the compiler hoists out of the loop (the wgmma descriptors of
+K's and V's buffers, one per 16-column step) then spilled to local memory and was loaded back
+before each product. The loop indexes those buffers with a zero the compiler cannot see
+(ADDRESSES_IN_LOOP), so they are worked out where they are used; no spills are left without a
+mask, and the causal kernel's are fewer.
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
@@ -90,6 +101,12 @@ ROUTE = {(64, False), (64, True), (128, False), (128, True)}
 # and grouped from there (1-9% faster than sequence-minor).
 SEQUENCE_MINOR, SEQUENCE_MAJOR, GROUPED = (tl.constexpr(i) for i in range(3))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
+# The float32 dQ's fragment order: a 64 x 64 block (r, c) split by bits as FRAGMENT_SPLIT (row bits
+# 5, 4, 3, 0-2, column bits 3-5, 1-2, 0), then its axes in FRAGMENT_ORDER: column bits 3-5 (the
+# register pairs' 8-column steps), row bits 5, 4 (the warp), 0-2, column bits 1-2 (the lane), row
+# bit 3 and column bit 0 (a thread's four consecutive values) - how wgmma deals the block out.
+FRAGMENT_SPLIT = (2, 2, 2, 8, 8, 4, 2)
+FRAGMENT_ORDER = (4, 0, 1, 3, 5, 2, 6)
 GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2 (60 MiB as the driver reports it, results/h200/part2_device.json)
 
@@ -105,6 +122,22 @@ if HAVE_GLUON:
     def _acc_layout(n):
         """wgmma's accumulator layout for a 64 x n tile over one warpgroup (4 warps along M)."""
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+    @gluon.constexpr_function
+    def _flat_layout():
+        """Each thread's 4 consecutive floats, 32 lanes, 4 warps along a row of 256, rows in registers:
+        the layout in which a 64 x 64 wgmma accumulator, in fragment order, is 16 rows of 256."""
+        return gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[1, 32], warps_per_cta=[2, 2], order=[1, 0])
+
+    @gluon.jit
+    def _fragment_order(acc):
+        """A 64 x 64 float32 accumulator (one warpgroup's wgmma layout) as 16 x 256 in the order its
+        registers lie (FRAGMENT_ORDER): thread t's values k*4 ... k*4 + 3 land at 512 k + 4 t, so
+        the reshapes move no data (convert_layout checks that it is trivial) and a store of four
+        values per thread covers consecutive addresses."""
+        x = acc.reshape([2, 2, 2, 8, 8, 4, 2])  # FRAGMENT_SPLIT: row bits 5, 4, 3, 0-2; column bits 3-5, 1-2, 0
+        x = x.permute((4, 0, 1, 3, 5, 2, 6))  # FRAGMENT_ORDER
+        return gl.convert_layout(x.reshape([16, 256]), _flat_layout(), assert_trivial=True)
 
     @gluon.jit
     def _load_tile(
@@ -208,6 +241,7 @@ if HAVE_GLUON:
         STAGES: gl.constexpr,
         DQ_BUFFERS: gl.constexpr,
         MASKED: gl.constexpr,
+        ADDRESSES_IN_LOOP: gl.constexpr,
     ):
         """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
@@ -224,19 +258,26 @@ if HAVE_GLUON:
         cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
         stat_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # one value per query (column of S^T)
 
+        # K's, V's and dS^T's buffers are indexed with z, zero but not to the compiler: hoisted out
+        # of the loop, their wgmma descriptors and store addresses (one per 16-column step) were
+        # held in registers across it, and spilled at D = 128. ADDRESSES_IN_LOOP=False: hoisted.
+        if ADDRESSES_IN_LOOP:
+            z = i >> 30  # 0: there are fewer than 2**30 query tiles
+        else:
+            z = 0
         mbarrier.wait(q_ready.index(slot), phase)
         s = warpgroup_mma(
-            k_smem.index(WG), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
+            k_smem.index(WG + z), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
         )
         if CHUNKS == 2:
-            s = warpgroup_mma(k_smem.index(2 + WG), q_ring.index(slot * 2 + 1).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma(k_smem.index(2 + WG + z), q_ring.index(slot * 2 + 1).permute((1, 0)), s, is_async=True)
         l_2 = l2_ring.index(slot).load(stat_layout)  # came with Q_i: shared memory, not global
         mbarrier.wait(do_ready.index(slot), phase)
         dp = warpgroup_mma(
-            v_smem.index(WG), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
+            v_smem.index(WG + z), do_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
         )
         if CHUNKS == 2:
-            dp = warpgroup_mma(v_smem.index(2 + WG), do_ring.index(slot * 2 + 1).permute((1, 0)), dp, is_async=True)
+            dp = warpgroup_mma(v_smem.index(2 + WG + z), do_ring.index(slot * 2 + 1).permute((1, 0)), dp, is_async=True)
         s = warpgroup_mma_wait(CHUNKS, deps=[s])  # S^T is done (issued first); dP^T may still run
         p = gl.exp2(s * qk_scale - l_2[None, :])
         if MASKED:  # causal: the query tiles across the diagonal
@@ -245,16 +286,16 @@ if HAVE_GLUON:
         dv0 = warpgroup_mma(p16, do_ring.index(slot * CHUNKS), dv0, is_async=True)  # dV += P^T dO
         if CHUNKS == 2:
             dv1 = warpgroup_mma(p16, do_ring.index(slot * 2 + 1), dv1, is_async=True)
-        delta = delta_ring.index(slot).load(stat_layout)  # came with dO_i
         if CHUNKS == 2:  # all done: P^T's registers are free again
             dp, dv0, dv1 = warpgroup_mma_wait(0, deps=[dp, dv0, dv1])
         else:
             dp, dv0 = warpgroup_mma_wait(0, deps=[dp, dv0])
+        delta = delta_ring.index(slot).load(stat_layout)  # came with dO_i
         ds = (p * (dp - delta[None, :])).to(q_ring.dtype)  # dS^T, unscaled
 
         # dS^T into shared memory for dQ, once both warpgroups are done with the last one
         mbarrier.wait(ds_free, (i & 1) ^ 1)
-        ds_smem.index(WG).store(ds)
+        ds_smem.index(WG + z).store(ds)
         fence_async_shared()
         mbarrier.arrive(ds_ready, count=1)
         ds_a = gl.convert_layout(ds, a_layout)
@@ -266,22 +307,28 @@ if HAVE_GLUON:
         mbarrier.wait(ds_ready, i & 1)
         q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
         if CHUNKS == 2:
-            dq = warpgroup_mma(ds_smem.index(0).permute((1, 0)), k_smem.index(WG * 2), q0, use_acc=False, is_async=True)
-            dq = warpgroup_mma(ds_smem.index(1).permute((1, 0)), k_smem.index(WG * 2 + 1), dq, is_async=True)
+            dq = warpgroup_mma(
+                ds_smem.index(z).permute((1, 0)), k_smem.index(WG * 2 + z), q0, use_acc=False, is_async=True
+            )
+            dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)), k_smem.index(WG * 2 + 1 + z), dq, is_async=True)
             dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
         else:
-            dq = warpgroup_mma(ds_smem.index(WG).permute((1, 0)), k_smem.index(WG), q0, use_acc=False, is_async=True)
+            dq = warpgroup_mma(
+                ds_smem.index(WG + z).permute((1, 0)), k_smem.index(WG + z), q0, use_acc=False, is_async=True
+            )
             dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
         mbarrier.arrive(ds_free, count=1)
         mbarrier.arrive(q_free.index(slot), count=1)
         mbarrier.arrive(do_free.index(slot), count=1)
 
-        # float32 dQ_i share: registers -> shared memory -> TMA add into global
+        # float32 dQ_i share: registers -> shared memory (in fragment order) -> TMA add into global
         buf = (i % DQ_BUFFERS) * 2 + WG
+        flat = _fragment_order(dq)
         tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
-        dq_smem.index(buf).store(dq)
+        dq_smem.index(buf).store(flat)
         fence_async_shared()
-        tma_add(dq_desc, [bh, q_start, WG * (CHUNKS - 1) * 64], dq_smem.index(buf).reshape([1, BLOCK_M, 64]))
+        block = (bh * gl.cdiv(N_QUERIES, BLOCK_M) + q_start // BLOCK_M) * CHUNKS + WG * (CHUNKS - 1)
+        tma_add(dq_desc, [block * 16, 0], dq_smem.index(buf))
         return dk0, dk1, dv0, dv1
 
     @gluon.jit
@@ -297,6 +344,7 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr,
         STAGES: gl.constexpr,
         DQ_BUFFERS: gl.constexpr,
+        ADDRESSES_IN_LOOP: gl.constexpr,
     ):
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
@@ -308,8 +356,9 @@ if HAVE_GLUON:
         dv1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
         k_pos = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, _acc_layout(BLOCK_M)))
         qk_scale = scale * 1.4426950408889634
-        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=3)
-        dq_desc = tma.make_tensor_descriptor(DQ, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], f32)
+        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        rows = N_SEQS * gl.cdiv(N_QUERIES, BLOCK_M) * (D // 64) * 16  # 64 x 64 blocks of 16 x 256 in fragment order
+        dq_desc = tma.make_tensor_descriptor(DQ, [rows, 256], [256, 1], [16, 256], f32)
         mbarrier.wait(loads[6], 0)  # kv_ready
         for i in range(0, n_masked):
             dk0, dk1, dv0, dv1 = _bwd_step(
@@ -330,6 +379,7 @@ if HAVE_GLUON:
                 STAGES,
                 DQ_BUFFERS,
                 True,
+                ADDRESSES_IN_LOOP,
             )
         for i in range(n_masked, n_q_tiles):
             dk0, dk1, dv0, dv1 = _bwd_step(
@@ -350,6 +400,7 @@ if HAVE_GLUON:
                 STAGES,
                 DQ_BUFFERS,
                 False,
+                ADDRESSES_IN_LOOP,
             )
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
@@ -385,6 +436,7 @@ if HAVE_GLUON:
         IS_CAUSAL: gl.constexpr,
         REGISTERS: gl.constexpr,
         ORDER: gl.constexpr,
+        ADDRESSES_IN_LOOP: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
@@ -411,7 +463,7 @@ if HAVE_GLUON:
         n_q_tiles = gl.maximum(gl.cdiv(N_QUERIES - q_lo, BLOCK_M), 0)
         n_masked = gl.minimum(gl.maximum(n_masked, 0), n_q_tiles)
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        f32: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
         dtype: gl.constexpr = Q.dtype.element_ty
         k_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, 64, 64], layout)
         v_smem = gl.allocate_shared_memory(dtype, [2 * CHUNKS, 64, 64], layout)
@@ -421,7 +473,7 @@ if HAVE_GLUON:
         l2_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], flat)  # L_i * log2(e), with Q_i
         delta_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], flat)  # D_i, with dO_i
         ds_smem = gl.allocate_shared_memory(dtype, [2, 64, BLOCK_M], layout)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, BLOCK_M, 64], f32)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_BUFFERS, 16, 256], f32)
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -445,11 +497,37 @@ if HAVE_GLUON:
             [
                 (
                     _bwd_partition,
-                    (outs, scale, n_masked, sizes, loads, exchange, 0, D, BLOCK_M, STAGES, DQ_BUFFERS),
+                    (
+                        outs,
+                        scale,
+                        n_masked,
+                        sizes,
+                        loads,
+                        exchange,
+                        0,
+                        D,
+                        BLOCK_M,
+                        STAGES,
+                        DQ_BUFFERS,
+                        ADDRESSES_IN_LOOP,
+                    ),
                 ),
                 (
                     _bwd_partition,
-                    (outs, scale, n_masked, sizes, loads, exchange, 1, D, BLOCK_M, STAGES, DQ_BUFFERS),
+                    (
+                        outs,
+                        scale,
+                        n_masked,
+                        sizes,
+                        loads,
+                        exchange,
+                        1,
+                        D,
+                        BLOCK_M,
+                        STAGES,
+                        DQ_BUFFERS,
+                        ADDRESSES_IN_LOOP,
+                    ),
                 ),
                 (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
             ],
@@ -475,18 +553,37 @@ def _bwd_prepare(O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BL
     tl.store(DELTA + padded, tl.sum(o * do, axis=1))
     lse = tl.load(L + bh * N_QUERIES + rows, mask=keep, other=0.0)
     tl.store(L2 + padded, lse * 1.4426950408889634)
-    tl.store(DQ + offs, tl.zeros([BLOCK_M, D], tl.float32), mask=keep[:, None])
+    block = (bh * tl.cdiv(N_QUERIES, BLOCK_M) + tile_m) * BLOCK_M * D  # the float32 dQ in fragment order
+    tl.store(DQ + block + tl.arange(0, BLOCK_M)[:, None] * D + cols[None, :], tl.zeros([BLOCK_M, D], tl.float32))
 
 
-@triton.jit(do_not_specialize=["N"])
-def _dq_convert(DQ32, DQ, N, scale, BLOCK: tl.constexpr):
-    """dQ = scale * (the float32 sum), in the inputs' dtype."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    keep = offs < N
-    tl.store(DQ + offs, (tl.load(DQ32 + offs, mask=keep) * scale).to(DQ.dtype.element_ty), mask=keep)
+@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
+def _dq_convert(DQ32, DQ, N_QUERIES, N_SEQS, scale, D: tl.constexpr, BLOCK_M: tl.constexpr):
+    """dQ = scale * (the float32 sum), in the inputs' dtype, per query tile: the sum's 64 x 64 blocks
+    are in the fragment order _fragment_order wrote them in."""
+    pid = tl.program_id(0)
+    tile_m = pid // N_SEQS
+    bh = (pid % N_SEQS).to(tl.int64)
+    r = tl.arange(0, BLOCK_M)[:, None]
+    c = tl.arange(0, D)[None, :]
+    cc = c % 64
+    e = (cc >> 3) << 9 | (r >> 4) << 7 | (r & 7) << 4 | ((cc >> 1) & 3) << 2 | ((r >> 3) & 1) << 1 | (cc & 1)
+    block = (bh * tl.cdiv(N_QUERIES, BLOCK_M) + tile_m) * BLOCK_M * D
+    dq = tl.load(DQ32 + block + (c // 64) * 4096 + e) * scale
+    rows = tile_m * BLOCK_M + r
+    tl.store(DQ + (bh * N_QUERIES + rows) * D + c, dq.to(DQ.dtype.element_ty), mask=rows < N_QUERIES)
 
 
-CONVERT_BLOCK = 2048
+def from_fragment_order(dq32, n_q):
+    """The float32 dQ sum (n_seqs, whole query tiles, D, in fragment order) in row order, (n_seqs,
+    n_q, D): _dq_convert's reordering in torch (without its scale and cast), for the tests and for
+    reading the layout."""
+    n_seqs, padded, d = dq32.shape
+    split, order = FRAGMENT_SPLIT, FRAGMENT_ORDER
+    blocks = dq32.reshape(n_seqs, padded // 64, d // 64, *(split[i] for i in order))
+    back = [3 + order.index(i) for i in range(7)]  # the inverse of FRAGMENT_ORDER
+    rows = blocks.permute(0, 1, *back, 2).reshape(n_seqs, padded // 64, 64, 64, d // 64)
+    return rows.transpose(3, 4).reshape(n_seqs, padded, d)[:, :n_q]
 
 
 def supported(q, is_causal, route=True):
@@ -504,9 +601,10 @@ def supported(q, is_causal, route=True):
     )
 
 
-def constexprs(d, is_causal, order=None, n_q=0):
+def constexprs(d, is_causal, order=None, n_q=0, addresses_in_loop=True):
     """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (by default
-    default_order(is_causal, n_q))."""
+    default_order(is_causal, n_q)); addresses_in_loop=False: the operand addresses hoisted out of the
+    loop, as the compiler does by itself (tools/gluon_study.py --backward measures both)."""
     order = default_order(is_causal, n_q) if order is None else order
     return dict(
         D=d,
@@ -516,6 +614,7 @@ def constexprs(d, is_causal, order=None, n_q=0):
         IS_CAUSAL=is_causal,
         REGISTERS=REGISTERS,
         ORDER=order,
+        ADDRESSES_IN_LOOP=addresses_in_loop,
     )
 
 
@@ -537,23 +636,25 @@ class Plan:
     of the same shapes (a training loop) reuses it and pays only for its allocations and launches.
 
     q_shape, k_shape: the shapes of the caller's Q and K, (BH, N, D) or (..., N, D); the gradients come
-    back in them. order: ORDER's program order (None: default_order)."""
+    back in them. order: ORDER's program order (None: default_order). addresses_in_loop: as
+    constexprs() takes it."""
 
-    def __init__(self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET):
+    def __init__(
+        self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET, addresses_in_loop=True
+    ):
         n_q, n_k, d = q_shape[-2], k_shape[-2], q_shape[-1]
         n_seqs = math.prod(q_shape[:-2])
         self.device, self.dtype = device, dtype
         self.q_shape, self.k_shape = tuple(q_shape), tuple(k_shape)
         self.stats_shape = (2, n_seqs, -(-n_q // BLOCK_M) * BLOCK_M)  # L * log2(e) and D_i, whole tiles
-        self.dq32_shape = (n_seqs, n_q, d)
-        self.meta = constexprs(d, is_causal, order, n_q)
+        self.dq32_shape = (n_seqs, -(-n_q // BLOCK_M) * BLOCK_M, d)  # whole tiles, in fragment order
+        self.meta = constexprs(d, is_causal, order, n_q, addresses_in_loop)
         n_prepare, n_main = -(-n_q // BLOCK_M) * n_seqs, -(-n_k // BLOCK_N) * n_seqs
-        n_convert = -(-(n_seqs * n_q * d) // CONVERT_BLOCK)
         self.prepare = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
         group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
-        self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"])), lambda _: n_main)
+        self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"]), addresses_in_loop), lambda _: n_main)
         self.main_args = (n_q, n_k, n_seqs, group, d**-0.5)
-        self.convert = ((device, dtype), lambda _: n_convert, (n_seqs * n_q * d, d**-0.5), dict(BLOCK=CONVERT_BLOCK))
+        self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs, d**-0.5), dict(D=d, BLOCK_M=BLOCK_M))
 
     def run(self, q, k, v, o, do, lse, launchers):
         """dQ, dK, dV (shaped like the plan's Q and K) of contiguous q, k, v, o, do (any shape of the
@@ -574,12 +675,12 @@ class Plan:
         return dq, dk, dv
 
 
-def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
+def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET, addresses_in_loop=True):
     """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
     _dq_convert (a Plan for these shapes, used once). launchers: the three as callables with the
     signature of part 5's Launch (flash_backward passes its own, which skip Triton's per-call
     Python); None: Triton's own launch path (the studies and tests). l2_budget: what GROUPED fits a
     group of sequences in (group_size)."""
     launchers = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws), _triton_path(_dq_convert))
-    plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget)
+    plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget, addresses_in_loop)
     return plan.run(q, k, v, o, do, lse, launchers)

@@ -157,7 +157,8 @@ def test_gluon_backward_launch_around_the_kernel(part):
     """gluon_backward.launch on any machine, its main kernel replaced by a stand-in that records its
     call: _bwd_prepare writes D_i = rowsum(dO * O) and L * log2(e), zero past N_q up to a whole query
     tile, and zeroes the float32 dQ; the main launcher gets the key part 5's Launch caches by and one
-    program per 128 keys and sequence; _dq_convert writes scale * dQ in the inputs' dtype."""
+    program per 128 keys and sequence; _dq_convert writes scale * dQ in the inputs' dtype, in row
+    order: its bit arithmetic agrees with from_fragment_order's reshapes (FRAGMENT_ORDER)."""
     gb = parts.load(part).gluon_backward
     n_seqs, n_q, n_k, d = 3, 70, 200, 64
     g = torch.Generator().manual_seed(0)
@@ -181,7 +182,7 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
     launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
     dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
-    assert seen["key"] == (q.device, q.dtype, d, True, int(gb.default_order(True, n_q)))
+    assert seen["key"] == (q.device, q.dtype, d, True, int(gb.default_order(True, n_q)), True)
     assert gb.default_order(True, n_q) == gb.SEQUENCE_MINOR and gb.default_order(True, gb.GROUPED_FROM) == gb.GROUPED
     assert seen["group"] == gb.group_size(n_seqs, n_q, d) == n_seqs  # three short sequences: one group
     mib = 2**20  # Q, dO and float32 dQ: 4 MiB a sequence at N = 4096, D = 128; 16 MiB at 16384
@@ -193,8 +194,9 @@ def test_gluon_backward_launch_around_the_kernel(part):
     torch.testing.assert_close(delta[:, :n_q], (do.float() * o.float()).sum(-1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(l2[:, :n_q], lse * 1.4426950408889634, rtol=1e-6, atol=0)
     assert not delta[:, n_q:].any() and not l2[:, n_q:].any()
-    expected = (torch.linspace(-1, 1, dq.numel(), device=dq.device).view_as(dq) * d**-0.5).half()
-    assert torch.equal(dq, expected)
+    padded_sum = torch.linspace(-1, 1, seen["dq32"].numel(), device=dq.device).view_as(seen["dq32"])
+    assert seen["dq32"].shape == (n_seqs, padded, d)  # whole query tiles, in fragment order
+    assert torch.equal(dq, (gb.from_fragment_order(padded_sum, n_q) * d**-0.5).half())
 
 
 # Ragged lengths, N_q != N_k both ways, one key tile, one query, more key tiles than SMs.

@@ -61,13 +61,14 @@ BWD_FIELDS = [
 ]
 BWD_KEY = ("candidate", "N", "D", "causal")
 # What --backward times, in the order its tables show them. A row of the CSV under another name was
-# measured by an earlier version of this study, with a switch the kernel no longer has.
+# measured by an earlier version of this study: with a switch the kernel no longer has, or ("Gluon,
+# row-order dQ") the kernel before its float32 dQ was kept in fragment order.
 BWD_ORDERS = {
     "Gluon, sequence-minor": "SEQUENCE_MINOR",
     "Gluon, sequence-major": "SEQUENCE_MAJOR",
     "Gluon, grouped": "GROUPED",
 }
-BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, "SDPA cuDNN")
+BWD_CANDIDATES = ("part 4", "Gluon, one pass", "Gluon, addresses hoisted", *BWD_ORDERS, "SDPA cuDNN")
 
 
 def variants(d):
@@ -141,15 +142,16 @@ def run(seq_lens, save=None):
     return rows
 
 
-def gluon_backward(order=None):
+def gluon_backward(order=None, addresses_in_loop=True):
     """flash_backward(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the Gluon backward (its
-    programs in `order`, part 5's default_order by default)."""
+    programs in `order`, part 5's default_order by default; addresses_in_loop=False: its operand
+    addresses hoisted out of the loop, as the compiler left them)."""
     from part5_profiling import flash_attention, gluon_backward
 
     def backward(Q, K, V, O, L, dO, causal):
         q, k, v, o, do = (flash_attention._as_sequences(t) for t in (Q, K, V, O, dO))
         lse = L.reshape(q.shape[:-1]).contiguous()
-        dq, dk, dv = gluon_backward.launch(q, k, v, o, do, lse, causal, order)
+        dq, dk, dv = gluon_backward.launch(q, k, v, o, do, lse, causal, order, addresses_in_loop=addresses_in_loop)
         return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
     return backward
@@ -161,6 +163,7 @@ def run_backward(seq_lens, save=None):
 
     cudnn = impls.sdpa_impl("cudnn")
     calls = {"part 4": backward_variants.flash_backward, "Gluon, one pass": gluon_backward()}
+    calls["Gluon, addresses hoisted"] = gluon_backward(addresses_in_loop=False)
     orders = {name: getattr(gb, order) for name, order in BWD_ORDERS.items()}
     calls.update({name: gluon_backward(order) for name, order in orders.items()})
     meta, rows = results.provenance(), []

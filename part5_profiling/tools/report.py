@@ -381,12 +381,14 @@ def table_gluon_bwd(gpu_dir):
         'something else on purpose: they say what dQ\'s product and its TMA add cost. "Gluon, one pass" is '
         "part 5's kernel with its programs in part 5's order (sequence-major without a mask; causal, sequence-minor "
         "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
-        "does not take for that call"
+        'does not take for that call. "Gluon, addresses hoisted" is the kernel with the shared-memory addresses '
+        "of K, V and dS^T left where the compiler hoists them, out of the loop (ADDRESSES_IN_LOOP=False), "
+        'and "Gluon, row-order dQ" the kernel before its float32 dQ was kept in fragment order'
     )
     if gone:
         caption += (
-            f". †: measured at commit {', '.join(gone)} with a switch since removed from `gluon_backward.py`; "
-            "the command below rewrites the other columns only"
+            f". †: measured at commit {', '.join(gone)}, by an earlier kernel or with a switch since removed from "
+            "`gluon_backward.py`; the command below rewrites the other columns only"
         )
     caption += ":"
     first = [name for name in BWD_CANDIDATES if name != "SDPA cuDNN"]
