@@ -14,8 +14,9 @@ per tile pair where five would do. This kernel makes the five once:
   P^T = exp2(S^T * scale * log2(e) - L_i * log2(e)), dV += P^T dO_i with P^T in registers as the
   A operand, dS^T = P^T (dP^T - D_i), dK += dS^T Q_i;
 - dQ_i = dS K sums over every key: the two warpgroups put their dS^T in shared memory (an mbarrier,
-  ds_ready, says both have), then warpgroup w multiplies dS by K's columns 64w ... 64w + 63 (D =
-  128) and adds the 64 x 64 float32 result into a float32 dQ in global memory with a TMA reduce
+  ds_ready, says both have), then at D = 128 warpgroup w multiplies dS by K's columns 64w ... 64w +
+  63, and at D = 64 the warpgroups take turns, one making the whole dQ_i from both halves of dS
+  (one add per query tile, not one per warpgroup); each adds its 64 x 64 float32 result into a float32 dQ in global memory with a TMA reduce
   (cp.reduce.async.bulk: the add happens in L2, no atomics instruction per element). Programs for
   different key tiles add into the same rows in any order, so dQ's last bits can differ from run
   to run (part 4's two-kernel backward is bitwise repeatable);
@@ -223,6 +224,30 @@ if HAVE_GLUON:
             )
 
     @gluon.jit
+    def _add_dq(
+        dq,
+        dq_smem,
+        dq_desc,
+        n,
+        bh,
+        q_start,
+        N_QUERIES,
+        WG: gl.constexpr,
+        CHUNKS: gl.constexpr,
+        BLOCK_M: gl.constexpr,
+        DQ_BUFFERS: gl.constexpr,
+    ):
+        """A warpgroup's n-th dQ tile: registers -> shared memory (in fragment order) -> TMA add into
+        global memory, DQ_BUFFERS staging buffers in turn."""
+        buf = (n % DQ_BUFFERS) * 2 + WG
+        flat = _fragment_order(dq)
+        tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
+        dq_smem.index(buf).store(flat)
+        fence_async_shared()
+        block = (bh * gl.cdiv(N_QUERIES, BLOCK_M) + q_start // BLOCK_M) * CHUNKS + WG * (CHUNKS - 1)
+        tma_add(dq_desc, [block * 16, 0], dq_smem.index(buf))
+
+    @gluon.jit
     def _bwd_step(
         i,
         dk0,
@@ -299,36 +324,39 @@ if HAVE_GLUON:
         fence_async_shared()
         mbarrier.arrive(ds_ready, count=1)
         ds_a = gl.convert_layout(ds, a_layout)
-        dk0 = warpgroup_mma(ds_a, q_ring.index(slot * CHUNKS), dk0, is_async=True)  # dK += dS^T Q
-        if CHUNKS == 2:
-            dk1 = warpgroup_mma(ds_a, q_ring.index(slot * 2 + 1), dk1, is_async=True)
         # dQ_i = dS K: at D = 128 warpgroup w makes columns 64w ... 64w + 63 from both halves of dS
-        # (both warpgroups' keys); at D = 64 each warpgroup adds its own keys' share
-        mbarrier.wait(ds_ready, i & 1)
+        # (both warpgroups' keys); at D = 64 the warpgroups take turns, each making every other dQ_i
+        # from both halves: one add per query tile, not two
         q0 = gl.zeros([BLOCK_M, 64], gl.float32, layout=_acc_layout(64))
         if CHUNKS == 2:
+            dk0 = warpgroup_mma(ds_a, q_ring.index(slot * 2), dk0, is_async=True)  # dK += dS^T Q
+            dk1 = warpgroup_mma(ds_a, q_ring.index(slot * 2 + 1), dk1, is_async=True)
+            mbarrier.wait(ds_ready, i & 1)
             dq = warpgroup_mma(
                 ds_smem.index(z).permute((1, 0)), k_smem.index(WG * 2 + z), q0, use_acc=False, is_async=True
             )
             dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)), k_smem.index(WG * 2 + 1 + z), dq, is_async=True)
             dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
-        else:
-            dq = warpgroup_mma(
-                ds_smem.index(WG + z).permute((1, 0)), k_smem.index(WG + z), q0, use_acc=False, is_async=True
-            )
+            mbarrier.arrive(ds_free, count=1)
+            mbarrier.arrive(q_free.index(slot), count=1)
+            mbarrier.arrive(do_free.index(slot), count=1)
+            _add_dq(dq, dq_smem, dq_desc, i, bh, q_start, N_QUERIES, WG, CHUNKS, BLOCK_M, DQ_BUFFERS)
+        elif i % 2 == WG:
+            dk0 = warpgroup_mma(ds_a, q_ring.index(slot), dk0, is_async=True)
+            mbarrier.wait(ds_ready, i & 1)
+            dq = warpgroup_mma(ds_smem.index(z).permute((1, 0)), k_smem.index(z), q0, use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)), k_smem.index(1 + z), dq, is_async=True)
             dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
-        mbarrier.arrive(ds_free, count=1)
-        mbarrier.arrive(q_free.index(slot), count=1)
-        mbarrier.arrive(do_free.index(slot), count=1)
-
-        # float32 dQ_i share: registers -> shared memory (in fragment order) -> TMA add into global
-        buf = (i % DQ_BUFFERS) * 2 + WG
-        flat = _fragment_order(dq)
-        tma.store_wait(DQ_BUFFERS - 1)  # the add that last read this buffer has read it
-        dq_smem.index(buf).store(flat)
-        fence_async_shared()
-        block = (bh * gl.cdiv(N_QUERIES, BLOCK_M) + q_start // BLOCK_M) * CHUNKS + WG * (CHUNKS - 1)
-        tma_add(dq_desc, [block * 16, 0], dq_smem.index(buf))
+            mbarrier.arrive(ds_free, count=1)
+            mbarrier.arrive(q_free.index(slot), count=1)
+            mbarrier.arrive(do_free.index(slot), count=1)
+            _add_dq(dq, dq_smem, dq_desc, i // 2, bh, q_start, N_QUERIES, WG, CHUNKS, BLOCK_M, DQ_BUFFERS)
+        else:  # not this warpgroup's turn: it does not read dS from shared memory
+            dk0 = warpgroup_mma(ds_a, q_ring.index(slot), dk0, is_async=True)
+            mbarrier.arrive(ds_free, count=1)
+            dk0 = warpgroup_mma_wait(0, deps=[dk0])
+            mbarrier.arrive(q_free.index(slot), count=1)
+            mbarrier.arrive(do_free.index(slot), count=1)
         return dk0, dk1, dv0, dv1
 
     @gluon.jit

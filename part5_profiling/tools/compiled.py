@@ -1,6 +1,7 @@
 """What the compiler makes of part 4's forward and of each candidate, on any machine, GPU or not.
 
     TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled    # results/h200/part5_compiled.csv
+    TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled --backward   # part5_compiled_bwd.csv
 
 Triton's compiler and the ptxas it ships run on the CPU: this compiles each candidate's forward
 (candidates.py: forward_variants.py with its CANDIDATE switch) for sm_90, the H200's architecture, at every configuration its autotuner could
@@ -8,6 +9,11 @@ pick (those that fit in shared memory), and reads off the binary what a profiler
 for: whether it compiled, whether Triton split the warps into a producer and consumers (warp
 specialization), how many warps it launches, registers per thread, bytes spilled to the stack, and
 shared memory. The numbers depend on the Triton version (the CSV says which); the H200 runs 3.6.
+
+With --backward: part 5's Gluon backward (gluon_backward._attn_bwd_ws) at each D and mask, with
+the shared-memory addresses of K, V and dS^T worked out in the loop (part 5's) and hoisted out of
+it (ADDRESSES_IN_LOOP=False, what the compiler does by itself): its registers and the stack its
+spills take.
 
 TRITON_INTERPRET=0 is needed on a machine without a GPU, where the project otherwise switches on
 Triton's interpreter (which compiles nothing).
@@ -46,6 +52,12 @@ FIELDS = [
     *results.PROVENANCE,
 ]
 KEY = ("candidate", "D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+BWD_FIELDS = ["kernel", "D", "causal", "addresses", "status", "registers", "stack_bytes", "smem_bytes", "arch"]
+BWD_FIELDS += results.PROVENANCE
+BWD_KEY = ("kernel", "D", "causal", "addresses")
+BWD_TYPES = {**dict.fromkeys(("Q", "K", "V", "DO", "DK", "DV"), "*bf16"), "DQ": "*fp32", "L2": "*fp32"}
+BWD_TYPES.update(DELTA="*fp32", scale="fp32")  # the rest: i32
+ADDRESSES = {"in the loop": True, "hoisted": False}  # the addresses column -> ADDRESSES_IN_LOOP
 
 
 def resources(cubin):
@@ -116,6 +128,49 @@ def compile_forward(candidate, d, causal, config):
     )
 
 
+def compile_gluon_backward(d, causal, addresses_in_loop):
+    """One row: part 5's Gluon backward compiled for sm_90 at this D and mask (its programs in part 5's
+    order), with its operand addresses in the loop or hoisted."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from part5_profiling import gluon_backward as gb
+
+    fn = gb._attn_bwd_ws
+    constexprs = gb.constexprs(d, causal, addresses_in_loop=addresses_in_loop)
+    signature = {n: "constexpr" if n in constexprs else BWD_TYPES.get(n, "i32") for n in fn.arg_names}
+    row = dict(kernel="_attn_bwd_ws", D=d, causal=int(causal), arch=f"sm_{ARCH}")
+    try:
+        kernel = triton.compile(
+            GluonASTSource(fn=fn, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", ARCH, 32),
+            options=dict(num_warps=4),
+        )
+    except Exception as e:
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")
+    registers, stack = resources(kernel.asm["cubin"])
+    return dict(row, status="ok", registers=registers, stack_bytes=stack, smem_bytes=kernel.metadata.shared)
+
+
+def run_backward(save=None):
+    meta, rows = results.provenance(), []
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            for name, in_loop in ADDRESSES.items():
+                row = dict(compile_gluon_backward(d, causal, in_loop), addresses=name, **meta)
+                rows.append(row)
+                print(
+                    f"_attn_bwd_ws D={d:<3} causal={causal:d} addresses {name:<12} {row['status'][:60]:<8} "
+                    f"regs={row.get('registers', '-')} stack={row.get('stack_bytes', '-')}",
+                    flush=True,
+                )
+                if save is not None:
+                    save(rows)
+    return rows
+
+
 def run(names, save=None):
     from part5_profiling.tools import forward_variants as fv
 
@@ -150,13 +205,17 @@ def main(argv=None):
         choices=list(fv.CANDIDATES),
         help="compile this candidate (repeatable); default: all",
     )
-    ap.add_argument("--out", help="folder for part5_compiled.csv (default: $RESULTS_DIR, else results/h200)")
+    ap.add_argument("--backward", action="store_true", help="part 5's Gluon backward: part5_compiled_bwd.csv")
+    ap.add_argument("--out", help="folder for the CSV (default: $RESULTS_DIR, else results/h200)")
     args = ap.parse_args(argv)
     if runtime.INTERPRET:
         print("Triton's interpreter is on, which compiles nothing: run with TRITON_INTERPRET=0.")
         return 2
     # sm_90 is the H200's architecture, whichever machine compiles: its results folder by default.
     os.environ["RESULTS_DIR"] = str(args.out or os.environ.get("RESULTS_DIR") or results.results_dir("h200"))
+    if args.backward:
+        broken = lambda r: r["status"] != "ok"  # noqa: E731
+        return results.write_as_measured("part5_compiled_bwd.csv", BWD_FIELDS, run_backward, broken, key=BWD_KEY)
     names = args.candidate or list(fv.CANDIDATES)
     broken = lambda r: r["candidate"] == "part 4" and r["status"] != "ok"  # noqa: E731  (a candidate may fail: a finding)
     return results.write_as_measured("part5_compiled.csv", FIELDS, lambda save: run(names, save), broken, key=KEY)

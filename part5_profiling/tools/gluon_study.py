@@ -61,8 +61,8 @@ BWD_FIELDS = [
 ]
 BWD_KEY = ("candidate", "N", "D", "causal")
 # What --backward times, in the order its tables show them. A row of the CSV under another name was
-# measured by an earlier version of this study: with a switch the kernel no longer has, or ("Gluon,
-# row-order dQ") the kernel before its float32 dQ was kept in fragment order.
+# measured by an earlier version of this study: with a switch the kernel no longer has, or by an
+# earlier kernel ("Gluon, row-order dQ", "Gluon, two dQ adds at D = 64": see report.py's caption).
 BWD_ORDERS = {
     "Gluon, sequence-minor": "SEQUENCE_MINOR",
     "Gluon, sequence-major": "SEQUENCE_MAJOR",
@@ -98,12 +98,12 @@ def gluon_forward(warpgroups, persistent):
     return forward
 
 
-def run(seq_lens, save=None):
+def run(seq_lens, save=None, head_dims=HEAD_DIMS):
     from part5_profiling.tools import forward_variants
 
     cudnn = impls.sdpa_impl("cudnn")
     meta, rows = results.provenance(), []
-    for d, causal, n, (q, k, v, _) in each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+    for d, causal, n, (q, k, v, _) in each_shape(seq_lens, head_dims, b=B, h=H):
         flops = attention_flops(B, H, n, n, d, causal)
         calls = {"part 4": forward_variants.forward()}  # part 4's tl forward, which part 5 keeps
         calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
@@ -157,7 +157,7 @@ def gluon_backward(order=None, addresses_in_loop=True):
     return backward
 
 
-def run_backward(seq_lens, save=None):
+def run_backward(seq_lens, save=None, head_dims=HEAD_DIMS):
     from part5_profiling import gluon_backward as gb
     from part5_profiling.tools import backward_variants, forward_variants
 
@@ -167,7 +167,7 @@ def run_backward(seq_lens, save=None):
     orders = {name: getattr(gb, order) for name, order in BWD_ORDERS.items()}
     calls.update({name: gluon_backward(order) for name, order in orders.items()})
     meta, rows = results.provenance(), []
-    for d, causal, n, (q, k, v, do) in each_shape(seq_lens, HEAD_DIMS, b=B, h=H):
+    for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, b=B, h=H):
         flops = attention_flops(B, H, n, n, d, causal, "bwd")
         o, lse = forward_variants.flash_forward(q, k, v, causal)
         shape_rows = []
@@ -207,7 +207,7 @@ def run_backward(seq_lens, save=None):
 
 def main(argv=None):
     extra = [(("--backward",), dict(action="store_true", help="the Gluon backward: part5_gluon_bwd.csv"))]
-    args = study.arguments(__doc__, argv, n=SEQ_LENS, extra=extra)
+    args = study.arguments(__doc__, argv, n=SEQ_LENS, d=HEAD_DIMS, extra=extra)
     from part5_profiling import gluon_attention
 
     if not gluon_attention.supported(torch.empty(1, 1, 64, dtype=torch.bfloat16, device=runtime.DEVICE)):
@@ -216,9 +216,9 @@ def main(argv=None):
         return 0
     if args.backward:
         return results.write_as_measured(
-            "part5_gluon_bwd.csv", BWD_FIELDS, lambda save: run_backward(args.n, save), key=BWD_KEY
+            "part5_gluon_bwd.csv", BWD_FIELDS, lambda save: run_backward(args.n, save, args.d), key=BWD_KEY
         )
-    return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n, save), key=KEY)
+    return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n, save, args.d), key=KEY)
 
 
 if __name__ == "__main__":

@@ -383,7 +383,8 @@ def table_gluon_bwd(gpu_dir):
         "below N = 8192 and grouped from there); the order columns are the same kernel in the orders part 5 "
         'does not take for that call. "Gluon, addresses hoisted" is the kernel with the shared-memory addresses '
         "of K, V and dS^T left where the compiler hoists them, out of the loop (ADDRESSES_IN_LOOP=False), "
-        'and "Gluon, row-order dQ" the kernel before its float32 dQ was kept in fragment order'
+        'and "Gluon, row-order dQ" the kernel before its float32 dQ was kept in fragment order, "Gluon, two dQ '
+        'adds at D = 64" the kernel before its warpgroups took turns making dQ at D = 64'
     )
     if gone:
         caption += (
@@ -458,6 +459,35 @@ def table_compiled(gpu_dir):
                 ],
                 body,
                 "lrrrrrr",
+            ),
+        ]
+    )
+
+
+def table_compiled_bwd(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_compiled_bwd.csv")
+    index = {(r["D"], r["causal"], r["addresses"]): r for r in rows}
+    body = []
+    for d, c in PANELS:
+        cells = [index.get((d, c, name)) for name in ("in the loop", "hoisted")]
+        if any(cells):
+            stack = [r["stack_bytes"] if r and r["status"] == "ok" else "—" for r in cells]
+            registers = _span([r["registers"] for r in cells if r and r["status"] == "ok"])
+            body.append([d, yes_no(c), registers, *stack])
+    command = "TRITON_INTERPRET=0 python -m part5_profiling.tools.compiled --backward && make report"
+    return "\n".join(
+        [
+            provenance_line(rows, command),
+            "",
+            f"Part 5's Gluon backward compiled for {rows[0]['arch']}, read off the binary: registers per thread "
+            "(what the launch asks for; each warpgroup then takes its share with setmaxnreg) and the stack its "
+            "spills take, with K's, V's and dS^T's shared-memory addresses worked out in the loop (part 5's) "
+            "and hoisted out of it (what the compiler does by itself):",
+            "",
+            markdown_table(
+                ["D", "causal", "registers / thread", "stack bytes, in the loop", "stack bytes, hoisted"],
+                body,
+                "llrrr",
             ),
         ]
     )
@@ -652,6 +682,7 @@ TABLES = {
     "part5-candidates": table_candidates,
     "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
+    "part5-compiled-bwd": table_compiled_bwd,
     "part5-framework": table_framework,
     "part5-host-check": table_host_check,
     "part5-gluon": table_gluon,
@@ -725,6 +756,12 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "The one-pass Gluon backward in each program order, its ablations and part 4's backward, checked and "
         "timed from one run.",
         "part5-gluon-bwd",
+    ),
+    (
+        "The Gluon backward's spills",
+        "Part 5's Gluon backward compiled for the H200 on any machine: registers, and the stack its spills "
+        "take with its operand addresses in the loop and hoisted.",
+        "part5-compiled-bwd",
     ),
     (
         "A training step",
