@@ -386,6 +386,12 @@ def table_gluon_bwd(gpu_dir):
         'and "Gluon, row-order dQ" the kernel before its float32 dQ was kept in fragment order, "Gluon, two dQ '
         'adds at D = 64" the kernel before its warpgroups took turns making dQ at D = 64'
     )
+    unmeasured = sorted({r["D"] for r in rows} - {r["D"] for r in rows if r["candidate"] == "Gluon, one pass"})
+    if unmeasured:
+        caption += (
+            f". At D = {', '.join(str(d) for d in unmeasured)} part 5's kernel has changed since the study last ran "
+            "there: its columns are the earlier kernel's, and the benchmark times the current one"
+        )
     if gone:
         caption += (
             f". †: measured at commit {', '.join(gone)}, by an earlier kernel or with a switch since removed from "
