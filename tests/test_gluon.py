@@ -153,6 +153,26 @@ def test_gluon_backward_compiles_for_hopper(part):
         assert row["wgmma"] > 0 and row["loads"] > 0 and row["adds"] > 0, row
 
 
+COMPILE_SPILLS = """
+import json
+from part5_profiling.tools import compiled
+rows = [dict(compiled.compile_gluon_backward(128, causal, in_loop), in_loop=in_loop)
+        for causal in (False, True) for in_loop in (True, False)]
+print(json.dumps(rows))
+"""
+
+
+def test_gluon_backward_spills_less_with_addresses_in_the_loop(part):
+    """The lesson of ADDRESSES_IN_LOOP, read off the binary compiled for sm_90 (tools/compiled.py
+    --backward): at D = 128 the hoisted operand addresses spill, and working them out in the loop
+    leaves less on the stack, causal or not."""
+    rows = {(r["causal"], r["in_loop"]): r for r in _compiled_rows(COMPILE_SPILLS)}
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    for causal in (0, 1):
+        in_loop, hoisted = rows[causal, True], rows[causal, False]
+        assert hoisted["stack_bytes"] > 0 and in_loop["stack_bytes"] < hoisted["stack_bytes"], (in_loop, hoisted)
+
+
 def test_gluon_backward_launch_around_the_kernel(part):
     """gluon_backward.launch on any machine, its main kernel replaced by a stand-in that records its
     call: _bwd_prepare writes D_i = rowsum(dO * O) and L * log2(e), zero past N_q up to a whole query
