@@ -122,20 +122,14 @@ def test_float32_keeps_the_tl_forward(part):
 
 # ---------------------------------------------------------------------------- the Gluon backward
 COMPILE_BWD = """
-import json, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
+import json
 from part5_profiling import gluon_backward as gb
-fn, rows = gb._attn_bwd_ws, []
-types = dict(Q="*bf16", K="*bf16", V="*bf16", DO="*bf16", DK="*bf16", DV="*bf16", DQ="*fp32", L2="*fp32",
-             DELTA="*fp32", scale="fp32")
+from part5_profiling.tools import compiled
+rows = []
 orders = [(d, causal, gb.ORDER[causal]) for d in (64, 128) for causal in (False, True)]
 orders += [(64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR), (128, True, gb.GROUPED)]  # the study's others
 for d, causal, order in orders:
-    cx = gb.constexprs(d, causal, order=order)
-    sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
-    k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=4))
+    k = compiled.gluon_backward_kernel(d, causal, order)
     ptx = k.asm["ptx"]
     rows.append(dict(d=d, causal=causal, order=int(order), warps=k.metadata.num_warps, smem=k.metadata.shared,
                      ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),

@@ -128,9 +128,9 @@ def compile_forward(candidate, d, causal, config):
     )
 
 
-def compile_gluon_backward(d, causal, addresses_in_loop):
-    """One row: part 5's Gluon backward compiled for sm_90 at this D and mask (its programs in part 5's
-    order), with its operand addresses in the loop or hoisted."""
+def gluon_backward_kernel(d, causal, order=None, addresses_in_loop=True):
+    """Part 5's Gluon backward (gluon_backward._attn_bwd_ws) compiled for sm_90 at this D and mask,
+    its programs in `order` (part 5's by default), its operand addresses in the loop or hoisted."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -138,15 +138,17 @@ def compile_gluon_backward(d, causal, addresses_in_loop):
     from part5_profiling import gluon_backward as gb
 
     fn = gb._attn_bwd_ws
-    constexprs = gb.constexprs(d, causal, addresses_in_loop=addresses_in_loop)
+    constexprs = gb.constexprs(d, causal, order=order, addresses_in_loop=addresses_in_loop)
     signature = {n: "constexpr" if n in constexprs else BWD_TYPES.get(n, "i32") for n in fn.arg_names}
+    source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", ARCH, 32), options=dict(num_warps=4))
+
+
+def compile_gluon_backward(d, causal, addresses_in_loop):
+    """One row: gluon_backward_kernel's registers, stack and shared memory, or why it did not compile."""
     row = dict(kernel="_attn_bwd_ws", D=d, causal=int(causal), arch=f"sm_{ARCH}")
     try:
-        kernel = triton.compile(
-            GluonASTSource(fn=fn, signature=signature, constexprs=constexprs),
-            target=GPUTarget("cuda", ARCH, 32),
-            options=dict(num_warps=4),
-        )
+        kernel = gluon_backward_kernel(d, causal, addresses_in_loop=addresses_in_loop)
     except Exception as e:
         lines = [line for line in str(e).splitlines() if line.strip()]
         return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")

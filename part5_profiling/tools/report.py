@@ -471,11 +471,13 @@ def table_compiled(gpu_dir):
 
 
 def table_compiled_bwd(gpu_dir):
+    from part5_profiling.tools.compiled import ADDRESSES
+
     rows = read_csv(gpu_dir / "part5_compiled_bwd.csv")
     index = {(r["D"], r["causal"], r["addresses"]): r for r in rows}
     body = []
     for d, c in PANELS:
-        cells = [index.get((d, c, name)) for name in ("in the loop", "hoisted")]
+        cells = [index.get((d, c, name)) for name in ADDRESSES]  # in the loop, hoisted
         if any(cells):
             stack = [r["stack_bytes"] if r and r["status"] == "ok" else "—" for r in cells]
             registers = _span([r["registers"] for r in cells if r and r["status"] == "ok"])
