@@ -8,6 +8,7 @@
     python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd   # also each inside torch.compile
     python -m common.bench --part 5 --sdpa cudnn --compiled-cudagraphs --mode fwd+bwd   # ... with CUDA graphs
     python -m common.bench --d 128 --causal 1 --n 2048    # one shape of the grid
+    python -m common.bench --part 5 --sdpa cudnn --repeat 3   # three whole runs, one after another
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16.
 Modes: fwd (the default) times the forward; fwd+bwd times the forward followed by the gradients of
@@ -17,7 +18,11 @@ timed on (O and L for fwd; O, dQ, dK, dV for the backward modes); one that fails
 Timing is triton.testing.do_bench, median (the protocol), and also CUDA-graph replay (GPU time
 without the Python launch cost); a call of 50 ms or more (a PyTorch backward at long N) is instead
 the median of three calls, each timed alone after an L2 flush. FLOPs: 4*B*H*N*N*D, halved for causal; backward 2.5x forward.
-Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key).
+Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key). One run of
+this GPU differs from the next by a few percent, so a target is judged on the median of several:
+with --repeat R the whole grid runs R times, one run after the other; bench.csv keeps the last run,
+and bench_runs.csv every run's rows, numbered 1 to R (they replace the rows of an earlier repeat's
+run of the same number and key).
 
 Without a GPU: checks each part's forward and gradients under the interpreter on a small shape
 and says that timings need a GPU.
@@ -25,6 +30,7 @@ and says that timings need a GPU.
 
 import argparse
 import contextlib
+import functools
 import re
 import sys
 import time
@@ -63,6 +69,8 @@ FIELDS = [
     "command",
 ]
 KEY = ("impl", "B", "H", "N", "D", "dtype", "causal", "mode")
+RUNS_FIELDS = ["run", *FIELDS]  # bench_runs.csv: every run of a --repeat, numbered
+RUNS_KEY = ("run", *KEY)
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -193,6 +201,16 @@ def row_order(r):
     return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl_order(r["impl"]), int(r["N"]))
 
 
+def save_run(path, run, rows):
+    """Write one run's rows (so far) into bench.csv at path, and, when run is a number (a --repeat),
+    into bench_runs.csv beside it too, numbered."""
+    results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
+    if run is not None:
+        numbered = [dict(r, run=run) for r in rows]
+        runs_order = lambda r: (int(r["run"]), *row_order(r))  # noqa: E731
+        results.write_csv(path.with_name("bench_runs.csv"), numbered, RUNS_FIELDS, key=RUNS_KEY, sort=runs_order)
+
+
 def run_cpu(part_numbers):
     """No GPU: check each part's forward and gradients under the interpreter on a small shape."""
     print(f"no CUDA GPU found ({runtime.describe()})")
@@ -229,6 +247,12 @@ def main(argv=None):
     ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape: slow to start)")
     ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole grid this many times, one after another; every run's rows also go to bench_runs.csv",
+    )
+    ap.add_argument(
         "--compiled",
         action="store_true",
         help="also time each part and SDPA backend inside torch.compile (compiles per shape: slow to start)",
@@ -239,6 +263,9 @@ def main(argv=None):
         help="also time each inside torch.compile(mode='reduce-overhead'): CUDA graphs too",
     )
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        print(f"--repeat must be at least 1, got {args.repeat}", file=sys.stderr)
+        return 2
     try:
         part_numbers = parts.require(args.part) if args.part else parts.available()
     except ValueError as e:
@@ -257,16 +284,17 @@ def main(argv=None):
     impls += [flex_impl()] if args.flex else []
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"
-
-    def save(rows):
-        results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
-
     masks = (False, True) if args.causal is None else (bool(args.causal),)
     seq_lens = args.n or (QUICK_SEQ_LENS if args.quick else SEQ_LENS)
-    rows = run_gpu(impls, modes, seq_lens, save, head_dims=args.d or HEAD_DIMS, masks=masks)
-    save(rows)
-    failed = [r for r in rows if r["check"].startswith("FAIL")]
-    print(f"wrote {len(rows)} rows to {results.shown(path)}")
+    failed = []
+    for run in range(1, args.repeat + 1):
+        if args.repeat > 1:
+            print(f"run {run} of {args.repeat}", flush=True)
+        save = functools.partial(save_run, path, run if args.repeat > 1 else None)
+        rows = run_gpu(impls, modes, seq_lens, save, head_dims=args.d or HEAD_DIMS, masks=masks)
+        save(rows)
+        failed += [r for r in rows if r["check"].startswith("FAIL")]
+        print(f"wrote {len(rows)} rows to {results.shown(path)}")
     if failed:
         print(f"{len(failed)} implementation/shape pairs FAILED their check and were not timed")
     return 1 if failed else 0

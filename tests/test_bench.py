@@ -133,6 +133,35 @@ def test_rows_replace_same_key_in_bench_order(tmp_path):
     ]
 
 
+def test_repeated_runs_keep_every_run_and_bench_csv_the_last(tmp_path):
+    path = tmp_path / "bench.csv"
+
+    def row(impl, ms):
+        return dict(impl=impl, part="", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, mode="fwd", ms=ms)
+
+    for run, ms in ((1, "1"), (2, "2"), (3, "3")):
+        bench.save_run(path, run, [row("sdpa_cudnn", ms), row("part5", ms)])
+    bench.save_run(path, 2, [row("part5", "5")])  # a later repeat's run 2 replaces run 2's row of its key
+    runs = results.read_csv(tmp_path / "bench_runs.csv")
+    assert [(r["run"], r["impl"], r["ms"]) for r in runs] == [
+        (1, "part5", 1),
+        (1, "sdpa_cudnn", 1),
+        (2, "part5", 5),
+        (2, "sdpa_cudnn", 2),
+        (3, "part5", 3),
+        (3, "sdpa_cudnn", 3),
+    ]
+    assert {(r["impl"], r["ms"]) for r in results.read_csv(path)} == {("part5", 5), ("sdpa_cudnn", 3)}
+    bench.save_run(tmp_path / "once" / "bench.csv", None, [row("part5", "1")])  # no --repeat: no runs file
+    assert not (tmp_path / "once" / "bench_runs.csv").exists()
+
+
+def test_repeat_below_one_is_one_line_and_exit_2(capsys):
+    assert bench.main(["--repeat", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--repeat" in err and "Traceback" not in err
+
+
 def test_a_part_without_a_kernel_is_one_line_and_exit_2(capsys):
     missing = max(parts.folders()) + 1
     assert bench.main(["--part", str(missing)]) == 2

@@ -499,6 +499,48 @@ def test_part5_tables(tmp_path):
     assert "†: measured at commit abc1234, by an earlier kernel or with a switch since removed" in table
 
 
+def test_targets_are_judged_on_the_median_of_runs(tmp_path):
+    """The targets table: each run's part 5 against the same run's cuDNN, the median decides, misses in bold."""
+    from common import bench
+    from part5_profiling.tools import report
+
+    rows = []
+    # fwd+bwd at D = 64, no mask: N = 4096 runs at 0.95x, 1.05x, 1.02x of cuDNN (median 1.02: met); N = 1024 at
+    # 0.80x, 0.90x, 0.70x (median 0.80 under 0.85: missed). Graph replay is 1.0x everywhere.
+    for run, (r4096, r1024) in enumerate(((0.95, 0.80), (1.05, 0.90), (1.02, 0.70)), start=1):
+        for n, ratio in ((4096, r4096), (1024, r1024)):
+            for impl, ms in (("sdpa_cudnn", 1.0), ("part5", 1.0 / ratio)):
+                rows.append(
+                    study_row(run=run, impl=impl, N=n, D=64, causal=0, mode="fwd+bwd", ms=ms, graph_ms=1.0, check="ok")
+                )
+    write_csv(tmp_path / "bench_runs.csv", rows, bench.RUNS_FIELDS)
+    table = report.table_targets(tmp_path)
+    assert "| fwd+bwd | 64 | no | **0.80 (0.70-0.90)** | 1.02 (0.95-1.05) |" in table
+    assert "| fwd+bwd | 64 | no | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |" in table  # graph replay: never bold
+    assert "the median of 3 runs" in table and "Targets met by the median: 1 of 2 shapes." in table
+    assert report.target_of("fwd", 2048) is None and report.target_of("bwd", 16384) == 1.0
+
+
+def test_last_round_counts_tiles_per_sm(tmp_path):
+    from part5_profiling.tools import gluon_study, report
+
+    (tmp_path / "part2_device.json").write_text('{"multi_processor_count": 132}')
+    write_csv(
+        tmp_path / "part5_gluon.csv",
+        [
+            study_row(variant=f"{w} warpgroups, persistent", N=4096, D=64, causal=0, graph_ms=ms, vs_cudnn=x)
+            for w, ms, x in ((2, 0.334, 0.93), (3, 0.336, 0.92))
+        ]
+        + [study_row(variant="3 warpgroups, persistent", N=4096, D=64, causal=1, graph_ms=0.2, vs_cudnn=1.0)],
+        gluon_study.FIELDS,
+    )
+    table = report.table_last_round(tmp_path)
+    # 32 sequences x cdiv(4096, 192) = 704 tiles on 132 SMs: 6 rounds, the last 44 full; 131072 rows in 6 x 132 x 192
+    assert "| 4096 | 3 | 192 | 704 | 5.33 | 44 of 132 | 86% | 0.3360 | 0.92x |" in table
+    assert "| 4096 | 2 | 128 | 1024 | 7.76 | 100 of 132 | 97% | 0.3340 | 0.93x |" in table
+    assert table.count("| 4096 |") == 2  # the causal row is not a tail question
+
+
 def test_ncu_rows_from_a_run(monkeypatch):
     """ncu_rows on ncu's output (a stand-in process returns NCU_CSV): counters become rows with
     their units, stalls are ranked, and a failed run becomes one 'unavailable' row saying why."""

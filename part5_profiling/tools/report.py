@@ -308,6 +308,166 @@ def table_framework(gpu_dir):
     )
 
 
+# The issue's targets for part 5 against SDPA cuDNN, by do_bench: (mode, shortest N it applies to, longest,
+# the ratio of speeds to reach). A shape's verdict is the median of the runs in bench_runs.csv.
+TARGETS = [
+    ("fwd", 4096, None, 1.0),
+    ("bwd", 4096, None, 1.0),
+    ("fwd+bwd", 4096, None, 1.0),
+    ("fwd+bwd", 1024, 2048, 0.85),
+]
+TARGETS_COMMAND = (
+    "python -m common.bench --part 5 --sdpa cudnn --mode fwd --mode fwd+bwd --mode bwd "
+    "--n 1024 --n 2048 --n 4096 --n 8192 --n 16384 --repeat 3"
+)
+
+
+def target_of(mode, n):
+    """The speed ratio to cuDNN part 5 aims at for this mode and N (TARGETS), or None."""
+    for m, low, high, ratio in TARGETS:
+        if m == mode and n >= low and (high is None or n <= high):
+            return ratio
+    return None
+
+
+def run_ratios(rows, column="ms"):
+    """{(mode, D, causal, N): [cuDNN's time / part 5's, one per run]} from bench_runs.csv's rows:
+    each run's part 5 row against the same run's cuDNN row (a ratio above 1: part 5 is faster)."""
+    index = {(r["run"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r[column] for r in rows}
+    out = {}
+    for (run, impl, *shape), ms in sorted(index.items(), key=lambda kv: (kv[0][0], *kv[0][2:])):
+        sdpa = index.get((run, "sdpa_cudnn", *shape))
+        if impl == "part5" and ms and sdpa:
+            out.setdefault(tuple(shape), []).append(sdpa / ms)
+    return out
+
+
+def _median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def targets(rows):
+    """[(mode, D, causal, N, median ratio, target, met)] for every shape of bench_runs.csv that has a target."""
+    out = []
+    for (mode, d, c, n), ratios in run_ratios(rows).items():
+        target = target_of(mode, n)
+        if target is not None:
+            median = _median(ratios)
+            out.append((mode, d, c, n, median, target, round(median, 2) >= target))
+    return out
+
+
+def table_targets(gpu_dir):
+    """Part 5 over SDPA cuDNN, the median of the runs of bench_runs.csv (with their range), by do_bench
+    and by CUDA-graph replay; each target met or missed by the median."""
+    rows = [r for r in read_csv(gpu_dir / "bench_runs.csv") if r["impl"] in ("part5", "sdpa_cudnn")]
+    runs = len({r["run"] for r in rows})
+    modes = [m for m in ("fwd", "bwd", "fwd+bwd") if any(r["mode"] == m for r in rows)]
+    seq_lens = sorted({r["N"] for r in rows})
+    out = [provenance_line(rows, f"{TARGETS_COMMAND} && make report"), ""]
+    for column, how in (("ms", "do_bench"), ("graph_ms", "CUDA-graph replay")):
+        ratios = run_ratios(rows, column)
+        body = []
+        for mode in modes:
+            for d, c in PANELS:
+                cells = []
+                for n in seq_lens:
+                    xs = ratios.get((mode, d, c, n))
+                    if not xs:
+                        cells.append("—")
+                        continue
+                    cell = f"{_median(xs):.2f}" + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
+                    target = target_of(mode, n)
+                    missed = column == "ms" and target is not None and round(_median(xs), 2) < target
+                    cells.append(f"**{cell}**" if missed else cell)
+                if any(x != "—" for x in cells):
+                    body.append([mode, d, yes_no(c), *cells])
+        caption = (
+            f"Part 5's speed over SDPA cuDNN's by {how}, the median of {runs} runs (the lowest and highest run in "
+            "brackets), B=4, H=8, bf16; each run's part 5 against the same run's cuDNN"
+        )
+        caption += (
+            ". In bold, a median under its target (forward, backward and forward + backward 1.0x from N = 4096; "
+            "forward + backward 0.85x at N = 1024 and 2048):"
+            if column == "ms"
+            else ". No targets here: the GPU's time alone, without the host's:"
+        )
+        align = "llr" + "r" * len(seq_lens)
+        out += [caption, "", markdown_table(["mode", "D", "causal", *(f"N = {n}" for n in seq_lens)], body, align), ""]
+    verdicts = targets(rows)
+    met = sum(v[-1] for v in verdicts)
+    out.append(f"Targets met by the median: {met} of {len(verdicts)} shapes.")
+    return "\n".join(out)
+
+
+def _sm_count(gpu_dir):
+    """The GPU's SM count, from a device description a sweep wrote beside the results (*_device.json)."""
+    import json
+
+    for path in sorted(gpu_dir.glob("*_device.json")):
+        return json.loads(path.read_text())["multi_processor_count"]
+    raise FileNotFoundError(2, "no device description", str(gpu_dir / "part2_device.json"))
+
+
+def table_last_round(gpu_dir):
+    """The Gluon forward's persistent grid at D = 64 without a mask: query tiles, rounds of one tile per SM,
+    how full the last round is and how much of the grid's tile slots hold real rows, beside the study's
+    times of two and three warpgroups (part5_gluon.csv)."""
+    from part5_profiling import gluon_attention
+
+    sms = _sm_count(gpu_dir)
+    rows = [
+        r
+        for r in read_csv(gpu_dir / "part5_gluon.csv")
+        if r["D"] == 64 and r["causal"] == 0 and r["variant"].endswith("warpgroups, persistent")
+    ]
+    body = []
+    for r in sorted(rows, key=lambda r: (r["N"], r["variant"])):
+        warpgroups = int(r["variant"].split()[0])
+        block_m = warpgroups * gluon_attention.ROWS
+        tiles = -(-r["N"] // block_m) * r["B"] * r["H"]
+        rounds = -(-tiles // sms)
+        last = tiles - (rounds - 1) * sms
+        useful = r["N"] * r["B"] * r["H"] / (rounds * sms * block_m)
+        body.append(
+            [
+                r["N"],
+                warpgroups,
+                block_m,
+                tiles,
+                f"{tiles / sms:.2f}",
+                f"{last} of {sms}",
+                f"{useful:.0%}",
+                f"{r['graph_ms']:.4f}",
+                f"{r['vs_cudnn']:.2f}x",
+            ]
+        )
+    header = [
+        "N",
+        "warpgroups",
+        "rows per tile",
+        "query tiles",
+        "tiles per SM",
+        "last round",
+        "rows in slots",
+        "ms (graph)",
+        "vs cuDNN",
+    ]
+    return "\n".join(
+        [
+            provenance_line(rows, "python -m part5_profiling.tools.gluon_study && make report"),
+            "",
+            f'D = 64, no mask, B=4, H=8, bf16, {sms} SMs: each program takes a query tile per round. "Rows in '
+            "slots\": the real query rows over the rows the grid's rounds could hold (rounds x SMs x rows per "
+            "tile), the share of the tile slots doing useful work:",
+            "",
+            markdown_table(header, body, "rrrrrrrrr"),
+        ]
+    )
+
+
 def table_stages(gpu_dir):
     rows = read_csv(gpu_dir / "part5_stages.csv")
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -694,12 +854,20 @@ TABLES = {
     "part5-framework": table_framework,
     "part5-host-check": table_host_check,
     "part5-gluon": table_gluon,
+    "part5-last-round": table_last_round,
+    "part5-targets": table_targets,
     "part5-gluon-bwd": table_gluon_bwd,
     "part5-train-step": table_train_step,
     "part5-train-summary": table_train_summary,
 }
 
 LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in this order (common/report.py)
+    (
+        "Targets",
+        "Part 5 against SDPA cuDNN in several whole runs of the benchmark, one after another: the median of the "
+        "runs' ratios, which decides each target (a single run on this GPU moves by a few percent).",
+        "part5-targets",
+    ),
     (
         "Ceilings",
         "What the GPU reaches at all, measured beside the datasheet's figures: bf16 matrix products of "
@@ -758,6 +926,12 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "The Gluon forward's variants, part 4's `tl` forward and SDPA cuDNN from one run, each as a fraction "
         "of cuDNN's speed.",
         "part5-gluon",
+    ),
+    (
+        "The forward's last round",
+        "The Gluon forward's persistent grid at D = 64 without a mask, where three warpgroups make 192-row tiles: "
+        "how full the grid's last round is at each N, with the study's times of two and three warpgroups.",
+        "part5-last-round",
     ),
     (
         "The Gluon backward",
