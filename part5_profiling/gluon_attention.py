@@ -43,6 +43,11 @@ except ImportError:  # pragma: no cover
 
 ROWS = 64  # query rows per softmax warpgroup: one wgmma M
 BLOCK_N = 128  # keys per tile
+# The causal order: programs take the longest query tiles first, GROUP sequences side by side, so
+# that from GROUPED_FROM keys the K and V the running tiles read fit in L2_BUDGET bytes together
+# (the backward's idea, gluon_backward.GROUPED); below it, or without a mask, GROUP is every sequence.
+GROUPED_FROM = 8192
+L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
 # per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
 CONFIGS = {
@@ -66,6 +71,7 @@ if HAVE_GLUON:
         N_QUERIES,
         N_KEYS,
         N_SEQS,
+        GROUP,
         BLOCK_M: gl.constexpr,
         BLOCK_N: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
@@ -76,9 +82,12 @@ if HAVE_GLUON:
         every round."""
         pid = gl.program_id(0)
         idx = r * n_programs + pid + (r % 2) * (n_programs - 1 - 2 * pid)
-        if IS_CAUSAL:  # part 4's order: the last query tiles (the most keys) first
-            tile_m = n_tiles_m - 1 - idx // N_SEQS
-            bh = idx % N_SEQS
+        if IS_CAUSAL:  # the last query tiles (the most keys) first, GROUP sequences side by side
+            first = idx // (GROUP * n_tiles_m) * GROUP  # the group's first sequence (fewer in the last group)
+            size = gl.minimum(GROUP, N_SEQS - first)
+            within = idx - first * n_tiles_m
+            tile_m = n_tiles_m - 1 - within // size
+            bh = first + within % size
         else:  # consecutive tiles: consecutive query tiles of one sequence, sharing K and V in L2
             tile_m = idx % n_tiles_m
             bh = idx // n_tiles_m
@@ -105,7 +114,7 @@ if HAVE_GLUON:
     ):
         """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
         last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
-        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
         q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
@@ -119,7 +128,7 @@ if HAVE_GLUON:
         done = 0  # query tiles so far
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(
-                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
+                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
             )
             if idx < n_tiles_m * N_SEQS:
                 # parity of the barriers' rounds: a fresh barrier counts as having passed round "-1",
@@ -213,7 +222,7 @@ if HAVE_GLUON:
         IS_CAUSAL: gl.constexpr,
     ):
         """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
-        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS = sizes
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
         q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
@@ -226,7 +235,7 @@ if HAVE_GLUON:
         done = 0
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(
-                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
+                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
             )
             if idx < n_tiles_m * N_SEQS:
                 rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
@@ -316,7 +325,7 @@ if HAVE_GLUON:
                 lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
                 gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS"])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
     def _attn_fwd_ws(
         Q,
         K,
@@ -327,6 +336,7 @@ if HAVE_GLUON:
         N_KEYS,
         N_SEQS,
         scale,
+        GROUP,
         D: gl.constexpr,
         BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr,
@@ -356,7 +366,7 @@ if HAVE_GLUON:
             mbarrier.init(v_free.index(i), count=WARPGROUPS)
 
         qk_scale = scale * 1.4426950408889634  # scale * log2(e)
-        sizes = (n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS)
+        sizes = (n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP)
         buffers = (q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free)
         # gl.warp_specialize([(function, args), ...], worker warps, worker registers): the first
         # function runs on the kernel's own 4 warps (warpgroup 0), each other one on warps of its own.
@@ -411,13 +421,24 @@ def label(d):
     return f"gluon {config['WARPGROUPS']}x{ROWS}x{BLOCK_N} s{config['STAGES']}"
 
 
-def launch(q, k, v, o, lse, is_causal, config=None, persistent=True):
+def group_size(n_seqs, n_k, d, is_causal, l2_budget=L2_BUDGET):
+    """How many sequences the causal order puts side by side (GROUP): from GROUPED_FROM keys, as many
+    as have K and V (bf16 or fp16, n_k * d * 4 bytes each) within l2_budget, at least one; else (and
+    without a mask, where GROUP is unused) every sequence, which is the order by query tile alone."""
+    if not is_causal or n_k < GROUPED_FROM:
+        return n_seqs
+    return min(max(l2_budget // (n_k * d * 4), 1), n_seqs)
+
+
+def launch(q, k, v, o, lse, is_causal, config=None, persistent=True, group=None):
     """O and L of (BH, N, D) contiguous q, k, v into o, lse through Triton's own launch path (part 5's
-    flash_forward launches the same kernel through its Launch): for studies of other configurations."""
+    flash_forward launches the same kernel through its Launch): for studies of other configurations.
+    group: the causal order's sequences side by side (group_size's unless given)."""
     n_seqs, n_q, d = q.shape
     meta = constexprs(d, is_causal, config)
     grid = (programs(n_q, n_seqs, d, q.device, persistent, meta["WARPGROUPS"]),)
-    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5, **meta)
+    group = group_size(n_seqs, k.shape[1], d, is_causal) if group is None else group
+    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5, group, **meta)
 
 
 def constexprs(d, is_causal, config=None):

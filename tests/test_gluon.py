@@ -103,6 +103,37 @@ def test_gluon_with_more_tiles_than_programs(part, shape, dtype, is_causal):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gluon_causal_order_in_groups_changes_no_bit(part, d):
+    """The causal order with the sequences in groups (3 + 3 + 1 of 7, one each, all at once) runs the same
+    tiles as the order by query tile alone: the same O and L to the bit, tail tiles and all."""
+    part5 = parts.load(part)
+    q, k, v, _ = make_inputs(Shape((1, 7), 1000, 1000, d), torch.bfloat16, DEVICE, seed=d)
+    q, k, v = (t.reshape(7, 1000, d).contiguous() for t in (q, k, v))
+    outs = []
+    for group in (7, 3, 1):
+        o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
+        part5.gluon_attention.launch(q, k, v, o, lse, True, group=group)
+        outs.append((o, lse))
+    (o7, l7), *rest = outs
+    assert not o7.isnan().any() and not l7.isnan().any()
+    for o, lse in rest:
+        assert torch.equal(o, o7) and torch.equal(lse, l7)
+
+
+def test_causal_groups_hold_what_fits_in_l2():
+    from part5_profiling import gluon_attention
+
+    assert gluon_attention.group_size(32, 16384, 128, True) == 3  # 30 MiB over 8 MiB of K and V each
+    assert gluon_attention.group_size(32, 8192, 64, True) == 15  # 2 MiB each
+    assert gluon_attention.group_size(2, 8192, 64, True) == 2  # never more than there are
+    assert gluon_attention.group_size(32, 2**20, 128, True) == 1  # never fewer than one
+    assert gluon_attention.group_size(32, 4096, 128, True) == 32  # below GROUPED_FROM: every sequence
+    assert gluon_attention.group_size(32, 16384, 128, False) == 32  # no mask: the order has no groups
+
+
+@needs_hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_gluon_large_scores(part, is_causal):
     """S of order 100: exp overflows without the running max."""
