@@ -293,8 +293,8 @@ def _plan(Q, K, is_causal, gluon):
         grid = lambda _: n_programs  # noqa: E731
         key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
-        group = gluon_attention.group_size(n_seqs, n_k, d, is_causal)  # the causal order's sequences side by side
-        return True, key, grid, (n_q, n_k, n_seqs, scale, group), meta, gluon_attention.label(d)
+        group = gluon_attention.group_size(n_seqs, n_q, d, is_causal)  # the causal order's sequences side by side
+        return True, key, grid, (n_q, n_k, n_seqs, group, scale), meta, gluon_attention.label(d)
     grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))

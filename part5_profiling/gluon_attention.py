@@ -43,11 +43,12 @@ except ImportError:  # pragma: no cover
 
 ROWS = 64  # query rows per softmax warpgroup: one wgmma M
 BLOCK_N = 128  # keys per tile
-# The causal order: programs take the longest query tiles first, GROUP sequences side by side, so
-# that from GROUPED_FROM keys the K and V the running tiles read fit in L2_BUDGET bytes together
-# (the backward's idea, gluon_backward.GROUPED); below it, or without a mask, GROUP is every sequence.
-GROUPED_FROM = 8192
-L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2
+# The causal order: programs take the longest query tiles first, GROUP sequences side by side. At
+# D = 128 from SEQUENCE_MAJOR_FROM queries, one sequence at a time (its query tiles side by side, as
+# without a mask); otherwise every sequence at once (the programs running together take the same
+# query tile of different sequences). Chosen by timing GROUP = 1, 2, 4, 8, 16 and 32 sequences at
+# B = 4, H = 8, N = 4096-16384 (part 5's README, the forward's causal order).
+SEQUENCE_MAJOR_FROM = 4096
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
 # per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
 CONFIGS = {
@@ -335,8 +336,8 @@ if HAVE_GLUON:
         N_QUERIES,
         N_KEYS,
         N_SEQS,
-        scale,
         GROUP,
+        scale,
         D: gl.constexpr,
         BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr,
@@ -421,13 +422,10 @@ def label(d):
     return f"gluon {config['WARPGROUPS']}x{ROWS}x{BLOCK_N} s{config['STAGES']}"
 
 
-def group_size(n_seqs, n_k, d, is_causal, l2_budget=L2_BUDGET):
-    """How many sequences the causal order puts side by side (GROUP): from GROUPED_FROM keys, as many
-    as have K and V (bf16 or fp16, n_k * d * 4 bytes each) within l2_budget, at least one; else (and
-    without a mask, where GROUP is unused) every sequence, which is the order by query tile alone."""
-    if not is_causal or n_k < GROUPED_FROM:
-        return n_seqs
-    return min(max(l2_budget // (n_k * d * 4), 1), n_seqs)
+def group_size(n_seqs, n_q, d, is_causal):
+    """How many sequences the causal order puts side by side (GROUP): one at D = 128 from
+    SEQUENCE_MAJOR_FROM queries, else every sequence (without a mask GROUP is not used)."""
+    return 1 if is_causal and d == 128 and n_q >= SEQUENCE_MAJOR_FROM else n_seqs
 
 
 def launch(q, k, v, o, lse, is_causal, config=None, persistent=True, group=None):
@@ -437,8 +435,8 @@ def launch(q, k, v, o, lse, is_causal, config=None, persistent=True, group=None)
     n_seqs, n_q, d = q.shape
     meta = constexprs(d, is_causal, config)
     grid = (programs(n_q, n_seqs, d, q.device, persistent, meta["WARPGROUPS"]),)
-    group = group_size(n_seqs, k.shape[1], d, is_causal) if group is None else group
-    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, d**-0.5, group, **meta)
+    group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
+    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, d**-0.5, **meta)
 
 
 def constexprs(d, is_causal, config=None):

@@ -121,14 +121,12 @@ def test_gluon_causal_order_in_groups_changes_no_bit(part, d):
         assert torch.equal(o, o7) and torch.equal(lse, l7)
 
 
-def test_causal_groups_hold_what_fits_in_l2():
+def test_causal_order_groups():
     from part5_profiling import gluon_attention
 
-    assert gluon_attention.group_size(32, 16384, 128, True) == 3  # 30 MiB over 8 MiB of K and V each
-    assert gluon_attention.group_size(32, 8192, 64, True) == 15  # 2 MiB each
-    assert gluon_attention.group_size(2, 8192, 64, True) == 2  # never more than there are
-    assert gluon_attention.group_size(32, 2**20, 128, True) == 1  # never fewer than one
-    assert gluon_attention.group_size(32, 4096, 128, True) == 32  # below GROUPED_FROM: every sequence
+    assert gluon_attention.group_size(32, 4096, 128, True) == 1  # D = 128 from 4096 queries: sequence-major
+    assert gluon_attention.group_size(32, 2048, 128, True) == 32  # shorter: every sequence side by side
+    assert gluon_attention.group_size(32, 16384, 64, True) == 32  # D = 64: every sequence
     assert gluon_attention.group_size(32, 16384, 128, False) == 32  # no mask: the order has no groups
 
 

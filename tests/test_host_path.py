@@ -84,6 +84,8 @@ def _check_forward(module, q, k, v, do, causal, context):
     assert key[:4] == (q.device, q.dtype, d, causal), f"{context}: launch key {key}"
     assert scalars[:3] == (n_q, n_k, n_seqs) and scalars[-1] == d**-0.5, f"{context}: arguments {scalars}"
     assert constexprs["D"] == d and constexprs["IS_CAUSAL"] == causal, f"{context}: constexprs {constexprs}"
+    if "WARPGROUPS" in constexprs:  # the Gluon kernel: the causal order's group before the scale
+        assert scalars[3] == module.gluon_attention.group_size(n_seqs, n_q, d, causal), context
     if "DOT_PRECISION" in constexprs:  # the tl kernel: a program per 16 query rows of each sequence here
         assert constexprs["DOT_PRECISION"] == ("ieee" if q.dtype == torch.float32 else "tf32"), context
         assert key[4] == module.n_bucket(n_q, n_k) and programs == -(-n_q // 16) * n_seqs, context

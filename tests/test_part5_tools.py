@@ -521,6 +521,27 @@ def test_targets_are_judged_on_the_median_of_runs(tmp_path):
     assert report.target_of("fwd", 2048) is None and report.target_of("bwd", 16384) == 1.0
 
 
+def test_gluon_order_table(tmp_path):
+    from part5_profiling.tools import gluon_study, report
+
+    names = list(gluon_study.order_variants(128))
+    assert names[0] == "one sequence at a time" and names[-1] == "32 sequences side by side"
+    write_csv(
+        tmp_path / "part5_gluon_order.csv",
+        [
+            study_row(
+                variant=name, N=8192, D=128, causal=1, graph_ms=1.0, graph_tflops=tf, vs_cudnn=tf / 500, check="ok"
+            )
+            for name, tf in zip(["SDPA cuDNN", *reversed(names)], (500.0, 490.0, 480.0, 470.0, 460.0, 450.0, 520.0))
+        ],
+        gluon_study.FIELDS,
+    )
+    table = report.table_gluon_order(tmp_path)  # part 5's groups from one sequence up, then cuDNN
+    assert "| D | causal | N | one sequence at a time | 2 sequences side by side |" in table
+    assert "| 128 | yes | 8192 | 520 (1.04x) | 450 (0.90x) |" in table and table.rstrip().endswith("| 500 (1.00x) |")
+    assert "one sequence at a time at D = 128 from N = 4096" in table
+
+
 def test_last_round_counts_tiles_per_sm(tmp_path):
     from part5_profiling.tools import gluon_study, report
 

@@ -5,6 +5,7 @@ query tiles in turn) against one program per query tile. With --backward, the Gl
 
     python -m part5_profiling.tools.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
     python -m part5_profiling.tools.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
+    python -m part5_profiling.tools.gluon_study --order      # results/<gpu>/part5_gluon_order.csv
 
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
@@ -12,6 +13,11 @@ kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN b
 inputs. B=4, H=8, N = 4096-16384. Three warpgroups at D = 128 are left out: the registers of one
 warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
 share the register file.
+
+With --order, part 5's forward configuration with the mask, its programs taking the longest query
+tiles first with GROUP sequences side by side (gluon_attention.group_size), for GROUP from one
+sequence at a time (one sequence's query tiles side by side) to all 32 at once (the programs
+running together take the same query tile of different sequences).
 
 The backward's rows time flash_backward alone, from the forward's O and L, by CUDA-graph replay:
 part 4's (dK/dV, then dQ), the Gluon kernel, the Gluon kernel with its programs in each order part 5
@@ -82,8 +88,17 @@ def variants(d):
     return found
 
 
-def gluon_forward(warpgroups, persistent):
-    """flash_forward(Q, K, V, causal) -> (O, L) through the Gluon kernel in this configuration."""
+GROUPS = (1, 2, 4, 8, 16, B * H)  # --order: sequences side by side in the causal order
+
+
+def order_variants(d):
+    """{name: group} for --order (head dim d: every D takes the same groups)."""
+    return {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in GROUPS}
+
+
+def gluon_forward(warpgroups=None, persistent=True, group=None):
+    """flash_forward(Q, K, V, causal) -> (O, L) through the Gluon kernel in this configuration
+    (warpgroups None: part 5's for the head dim; group None: part 5's causal order)."""
     from part5_profiling import flash_attention, gluon_attention
 
     def forward(Q, K, V, causal):
@@ -91,22 +106,36 @@ def gluon_forward(warpgroups, persistent):
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         d = q.shape[-1]
-        config = dict(gluon_attention.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups])
-        gluon_attention.launch(q, k, v, o, lse, causal, config, persistent)
+        config = None
+        if warpgroups is not None:
+            config = dict(gluon_attention.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups])
+        gluon_attention.launch(q, k, v, o, lse, causal, config, persistent, group)
         return o.view(Q.shape), lse.view(Q.shape[:-1])
 
     return forward
 
 
-def run(seq_lens, save=None, head_dims=HEAD_DIMS):
+def forward_calls(d):
+    """{name: forward} of the warpgroups study at head dim d: part 4's tl forward, which part 5 keeps
+    for other calls, and the Gluon kernel in each choice of warpgroups and grid."""
     from part5_profiling.tools import forward_variants
 
+    calls = {"part 4": forward_variants.forward()}
+    calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
+    return calls
+
+
+def order_calls(d):
+    """{name: forward} of --order: part 5's configuration in each causal order."""
+    return {name: gluon_forward(group=group) for name, group in order_variants(d).items()}
+
+
+def run(seq_lens, save=None, head_dims=HEAD_DIMS, calls_of=forward_calls, masks=(False, True)):
     cudnn = impls.sdpa_impl("cudnn")
     meta, rows = results.provenance(), []
-    for d, causal, n, (q, k, v, _) in each_shape(seq_lens, head_dims, b=B, h=H):
+    for d, causal, n, (q, k, v, _) in each_shape(seq_lens, head_dims, masks, b=B, h=H):
         flops = attention_flops(B, H, n, n, d, causal)
-        calls = {"part 4": forward_variants.forward()}  # part 4's tl forward, which part 5 keeps
-        calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
+        calls = calls_of(d)
         shape_rows = []
         for name, forward in calls.items():
             row = dict(variant=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
@@ -206,7 +235,10 @@ def run_backward(seq_lens, save=None, head_dims=HEAD_DIMS):
 
 
 def main(argv=None):
-    extra = [(("--backward",), dict(action="store_true", help="the Gluon backward: part5_gluon_bwd.csv"))]
+    extra = [
+        (("--backward",), dict(action="store_true", help="the Gluon backward: part5_gluon_bwd.csv")),
+        (("--order",), dict(action="store_true", help="the forward's causal order: part5_gluon_order.csv")),
+    ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, d=HEAD_DIMS, extra=extra)
     from part5_profiling import gluon_attention
 
@@ -218,6 +250,9 @@ def main(argv=None):
         return results.write_as_measured(
             "part5_gluon_bwd.csv", BWD_FIELDS, lambda save: run_backward(args.n, save, args.d), key=BWD_KEY
         )
+    if args.order:
+        measure = lambda save: run(args.n, save, args.d, order_calls, masks=(True,))  # noqa: E731
+        return results.write_as_measured("part5_gluon_order.csv", FIELDS, measure, key=KEY)
     return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n, save, args.d), key=KEY)
 
 

@@ -528,6 +528,22 @@ def table_gluon(gpu_dir):
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
 
+def table_gluon_order(gpu_dir):
+    from part5_profiling import gluon_attention
+    from part5_profiling.tools.gluon_study import order_variants
+
+    rows = read_csv(gpu_dir / "part5_gluon_order.csv")
+    rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in rows]
+    caption = (
+        "Forward TFLOP/s (CUDA-graph replay) with the causal mask, B=4, H=8, bf16: part 5's configuration with "
+        "its programs taking the longest query tiles first, that many sequences side by side, and SDPA's cuDNN "
+        "backend from one run, each with its fraction of cuDNN's speed. Part 5 takes one sequence at a time at "
+        f"D = 128 from N = {gluon_attention.SEQUENCE_MAJOR_FROM}, every sequence side by side otherwise:"
+    )
+    first = list(order_variants(128))
+    return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study --order", caption, first)
+
+
 def table_gluon_bwd(gpu_dir):
     from part5_profiling.tools.gluon_study import BWD_CANDIDATES
 
@@ -857,6 +873,7 @@ TABLES = {
     "part5-last-round": table_last_round,
     "part5-targets": table_targets,
     "part5-gluon-bwd": table_gluon_bwd,
+    "part5-gluon-order": table_gluon_order,
     "part5-train-step": table_train_step,
     "part5-train-summary": table_train_summary,
 }
@@ -926,6 +943,12 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "The Gluon forward's variants, part 4's `tl` forward and SDPA cuDNN from one run, each as a fraction "
         "of cuDNN's speed.",
         "part5-gluon",
+    ),
+    (
+        "The forward's causal order",
+        "The Gluon forward with the mask, its programs taking the longest query tiles first with that many "
+        "sequences side by side, timed from one run beside SDPA cuDNN.",
+        "part5-gluon-order",
     ),
     (
         "The forward's last round",
