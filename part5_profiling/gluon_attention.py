@@ -46,8 +46,9 @@ BLOCK_N = 128  # keys per tile
 # The causal order: programs take the longest query tiles first, GROUP sequences side by side. At
 # D = 128 from SEQUENCE_MAJOR_FROM queries, one sequence at a time (its query tiles side by side, as
 # without a mask); otherwise every sequence at once (the programs running together take the same
-# query tile of different sequences). Chosen by timing GROUP = 1, 2, 4, 8, 16 and 32 sequences at
-# B = 4, H = 8, N = 4096-16384 (part 5's README, the forward's causal order).
+# query tile of different sequences). tools/gluon_study.py --order times GROUP = 1, 2, 4, 8, 16 and
+# 32 at B = 4, H = 8, N = 4096-16384 (results/h200/part5_gluon_order.csv): one sequence at a time
+# is the fastest at D = 128; at D = 64 no group beats every sequence at every N.
 SEQUENCE_MAJOR_FROM = 4096
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
 # per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
