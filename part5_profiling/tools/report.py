@@ -4,6 +4,7 @@ calls draw().
 """
 
 import re
+import statistics
 
 from common.report import PANELS, yes_no
 from common.results import markdown_table, provenance_line, read_csv
@@ -171,7 +172,6 @@ def table_host_check(gpu_dir):
     """Part 5's host split before and after a change to its host path: launch_cost run at each commit in
     turn, each a fresh process, the runs' rows gathered in one CSV with a `run` column; per run and
     threading, the pieces of part 5's forward + backward and SDPA cuDNN's total from the same process."""
-    import statistics
 
     rows = read_csv(gpu_dir / "part5_host_check.csv")
     commits = list(dict.fromkeys(r["commit"] for r in sorted(rows, key=lambda r: (r["date"], r["run"]))))
@@ -342,19 +342,13 @@ def run_ratios(rows, column="ms"):
     return out
 
 
-def _median(xs):
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def targets(rows):
     """[(mode, D, causal, N, median ratio, target, met)] for every shape of bench_runs.csv that has a target."""
     out = []
     for (mode, d, c, n), ratios in run_ratios(rows).items():
         target = target_of(mode, n)
         if target is not None:
-            median = _median(ratios)
+            median = statistics.median(ratios)
             out.append((mode, d, c, n, median, target, round(median, 2) >= target))
     return out
 
@@ -378,9 +372,9 @@ def table_targets(gpu_dir):
                     if not xs:
                         cells.append("—")
                         continue
-                    cell = f"{_median(xs):.2f}" + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
+                    cell = f"{statistics.median(xs):.2f}" + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
                     target = target_of(mode, n)
-                    missed = column == "ms" and target is not None and round(_median(xs), 2) < target
+                    missed = column == "ms" and target is not None and round(statistics.median(xs), 2) < target
                     cells.append(f"**{cell}**" if missed else cell)
                 if any(x != "—" for x in cells):
                     body.append([mode, d, yes_no(c), *cells])
