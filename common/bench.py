@@ -201,14 +201,20 @@ def row_order(r):
     return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl_order(r["impl"]), int(r["N"]))
 
 
-def save_run(path, run, rows):
-    """Write one run's rows (so far) into bench.csv at path, and, when run is a number (a --repeat),
-    into bench_runs.csv beside it too, numbered."""
+def save_run(path, run, rows, repeat=None):
+    """Write one run's rows (so far) into bench.csv at path, and, when run is a number (run `run` of
+    a --repeat of `repeat` runs), into bench_runs.csv beside it too, numbered; a row of the same key
+    numbered above `repeat` (left by an earlier, longer repeat) goes, so that a key's runs are this
+    repeat's alone once it ends."""
     results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
     if run is not None:
+        keys = {tuple(str(r[c]) for c in KEY) for r in rows}
+        beyond = lambda r: repeat is not None and int(r["run"]) > repeat and tuple(r[c] for c in KEY) in keys  # noqa: E731
         numbered = [dict(r, run=run) for r in rows]
         runs_order = lambda r: (int(r["run"]), *row_order(r))  # noqa: E731
-        results.write_csv(path.with_name("bench_runs.csv"), numbered, RUNS_FIELDS, key=RUNS_KEY, sort=runs_order)
+        results.write_csv(
+            path.with_name("bench_runs.csv"), numbered, RUNS_FIELDS, key=RUNS_KEY, sort=runs_order, drop=beyond
+        )
 
 
 def run_cpu(part_numbers):
@@ -290,13 +296,13 @@ def main(argv=None):
     for run in range(1, args.repeat + 1):
         if args.repeat > 1:
             print(f"run {run} of {args.repeat}", flush=True)
-        save = functools.partial(save_run, path, run if args.repeat > 1 else None)
+        save = functools.partial(save_run, path, run if args.repeat > 1 else None, repeat=args.repeat)
         rows = run_gpu(impls, modes, seq_lens, save, head_dims=args.d or HEAD_DIMS, masks=masks)
         save(rows)
-        failed += [r for r in rows if r["check"].startswith("FAIL")]
+        failed += [tuple(r[c] for c in KEY) for r in rows if r["check"].startswith("FAIL")]
         print(f"wrote {len(rows)} rows to {results.shown(path)}")
     if failed:
-        print(f"{len(failed)} implementation/shape pairs FAILED their check and were not timed")
+        print(f"{len(set(failed))} implementation/shape pairs FAILED their check and were not timed")
     return 1 if failed else 0
 
 

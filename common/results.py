@@ -76,16 +76,18 @@ def _read_text(path):
         return list(csv.DictReader(f))
 
 
-def write_csv(path, rows, fields, key=None, sort=None):
+def write_csv(path, rows, fields, key=None, sort=None, drop=None):
     """Write rows (dicts) to path with the columns `fields`, in that order; a column a row lacks is
     left empty. With `key` (column names) the file is merged rather than overwritten: a row already
-    there stays unless a new row has the same key, so re-running part of a benchmark replaces only
-    what it measured again. Old rows are copied as the text they were. `sort` orders all rows."""
+    there stays unless a new row has the same key (or drop(row), given, is true of it: the row as
+    text), so re-running part of a benchmark replaces only what it measured again. Old rows are
+    copied as the text they were. `sort` orders all rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
     if key is not None and path.exists():
         new = {tuple(str(r[c]) for c in key) for r in rows}
-        rows = [r for r in _read_text(path) if tuple(r[c] for c in key) not in new] + rows
+        old = _read_text(path)
+        rows = [r for r in old if tuple(r[c] for c in key) not in new and not (drop and drop(r))] + rows
     if sort is not None:
         rows.sort(key=sort)
     with open(path, "w", newline="") as f:

@@ -86,7 +86,7 @@ if HAVE_GLUON:
         idx = r * n_programs + pid + (r % 2) * (n_programs - 1 - 2 * pid)
         if IS_CAUSAL:  # the last query tiles (the most keys) first, GROUP sequences side by side
             first = idx // (GROUP * n_tiles_m) * GROUP  # the group's first sequence (fewer in the last group)
-            size = gl.minimum(GROUP, N_SEQS - first)
+            size = gl.maximum(gl.minimum(GROUP, N_SEQS - first), 1)  # 1 past the last tile: no division by 0
             within = idx - first * n_tiles_m
             tile_m = n_tiles_m - 1 - within // size
             bh = first + within % size
@@ -437,6 +437,8 @@ def launch(q, k, v, o, lse, is_causal, config=None, persistent=True, group=None)
     meta = constexprs(d, is_causal, config)
     grid = (programs(n_q, n_seqs, d, q.device, persistent, meta["WARPGROUPS"]),)
     group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
+    if group < 1:
+        raise ValueError(f"group: at least one sequence side by side, got {group}")
     _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, d**-0.5, **meta)
 
 

@@ -152,6 +152,10 @@ def test_repeated_runs_keep_every_run_and_bench_csv_the_last(tmp_path):
         (3, "sdpa_cudnn", 3),
     ]
     assert {(r["impl"], r["ms"]) for r in results.read_csv(path)} == {("part5", 5), ("sdpa_cudnn", 3)}
+    # A repeat of two runs: the keys it measures lose the third run an earlier repeat left; others keep it.
+    bench.save_run(path, 1, [row("part5", "7")], repeat=2)
+    runs = results.read_csv(tmp_path / "bench_runs.csv")
+    assert [(r["run"], r["impl"], r["ms"]) for r in runs if r["run"] == 3] == [(3, "sdpa_cudnn", 3)]
     bench.save_run(tmp_path / "once" / "bench.csv", None, [row("part5", "1")])  # no --repeat: no runs file
     assert not (tmp_path / "once" / "bench_runs.csv").exists()
 

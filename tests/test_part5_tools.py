@@ -513,6 +513,11 @@ def test_targets_are_judged_on_the_median_of_runs(tmp_path):
                 rows.append(
                     study_row(run=run, impl=impl, N=n, D=64, causal=0, mode="fwd+bwd", ms=ms, graph_ms=1.0, check="ok")
                 )
+    # A fourth run whose cuDNN row another invocation left (another run_id): not paired, not counted.
+    rows += [
+        study_row(run=4, run_id=i, impl=impl, N=4096, D=64, causal=0, mode="fwd+bwd", ms=9.0, graph_ms=9.0, check="ok")
+        for i, impl in (("1", "part5"), ("2", "sdpa_cudnn"))
+    ]
     write_csv(tmp_path / "bench_runs.csv", rows, bench.RUNS_FIELDS)
     table = report.table_targets(tmp_path)
     assert "| fwd+bwd | 64 | no | **0.80 (0.70-0.90)** | 1.02 (0.95-1.05) |" in table
