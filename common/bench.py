@@ -21,8 +21,8 @@ the median of three calls, each timed alone after an L2 flush. FLOPs: 4*B*H*N*N*
 Rows go to results/<gpu>/bench.csv (a row replaces an older one with the same key). One run of
 this GPU differs from the next by a few percent, so a target is judged on the median of several:
 with --repeat R the whole grid runs R times, one run after the other; bench.csv keeps the last run,
-and bench_runs.csv every run's rows, numbered 1 to R (they replace the rows of an earlier repeat's
-run of the same number and key).
+and bench_runs.csv every run's rows, numbered 1 to R (for the keys it measures, they replace an
+earlier repeat's rows, those numbered above R included).
 
 Without a GPU: checks each part's forward and gradients under the interpreter on a small shape
 and says that timings need a GPU.

@@ -86,8 +86,7 @@ def write_csv(path, rows, fields, key=None, sort=None, drop=None):
     rows = list(rows)
     if key is not None and path.exists():
         new = {tuple(str(r[c]) for c in key) for r in rows}
-        old = _read_text(path)
-        rows = [r for r in old if tuple(r[c] for c in key) not in new and not (drop and drop(r))] + rows
+        rows = [r for r in _read_text(path) if tuple(r[c] for c in key) not in new and not (drop and drop(r))] + rows
     if sort is not None:
         rows.sort(key=sort)
     with open(path, "w", newline="") as f:

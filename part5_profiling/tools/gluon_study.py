@@ -88,12 +88,8 @@ def variants(d):
     return found
 
 
-GROUPS = (1, 2, 4, 8, 16, B * H)  # --order: sequences side by side in the causal order
-
-
-def order_variants(d):
-    """{name: group} for --order (head dim d: every D takes the same groups)."""
-    return {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in GROUPS}
+# --order: {name: the sequences side by side in the causal order}, the same at every D
+ORDERS = {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in (1, 2, 4, 8, 16, B * H)}
 
 
 def gluon_forward(warpgroups=None, persistent=True, group=None):
@@ -126,8 +122,8 @@ def forward_calls(d):
 
 
 def order_calls(d):
-    """{name: forward} of --order: part 5's configuration in each causal order."""
-    return {name: gluon_forward(group=group) for name, group in order_variants(d).items()}
+    """{name: forward} of --order: part 5's configuration in each causal order (any head dim d)."""
+    return {name: gluon_forward(group=group) for name, group in ORDERS.items()}
 
 
 def run(seq_lens, save=None, head_dims=HEAD_DIMS, calls_of=forward_calls, masks=(False, True)):

@@ -6,6 +6,7 @@ calls draw().
 import re
 import statistics
 
+from common import sweep_report
 from common.report import PANELS, yes_no
 from common.results import markdown_table, provenance_line, read_csv
 from part5_profiling import roofline
@@ -330,6 +331,20 @@ def target_of(mode, n):
     return None
 
 
+def met(mode, n, ratios):
+    """Whether the median of the runs' ratios (to two places) reaches the target; None without one."""
+    target = target_of(mode, n)
+    return None if target is None else round(statistics.median(ratios), 2) >= target
+
+
+def _targets_text():
+    """TARGETS in words: "fwd 1.0x from N = 4096; ...; fwd+bwd 0.85x at N = 1024-2048"."""
+    return "; ".join(
+        f"{mode} {ratio}x " + (f"from N = {low}" if high is None else f"at N = {low}-{high}")
+        for mode, low, high, ratio in TARGETS
+    )
+
+
 def run_ratios(rows, column="ms"):
     """{(mode, D, causal, N): [cuDNN's time / part 5's, one per run]} from bench_runs.csv's rows:
     each run's part 5 row against the cuDNN row of the same run (run and run_id), never one another
@@ -340,17 +355,6 @@ def run_ratios(rows, column="ms"):
         sdpa = index.get((run, run_id, "sdpa_cudnn", *shape))
         if impl == "part5" and ms and sdpa:
             out.setdefault(tuple(shape), []).append(sdpa / ms)
-    return out
-
-
-def targets(rows):
-    """[(mode, D, causal, N, median ratio, target, met)] for every shape of bench_runs.csv that has a target."""
-    out = []
-    for (mode, d, c, n), ratios in run_ratios(rows).items():
-        target = target_of(mode, n)
-        if target is not None:
-            median = statistics.median(ratios)
-            out.append((mode, d, c, n, median, target, round(median, 2) >= target))
     return out
 
 
@@ -374,9 +378,7 @@ def table_targets(gpu_dir):
                         cells.append("—")
                         continue
                     cell = f"{statistics.median(xs):.2f}" + (f" ({min(xs):.2f}-{max(xs):.2f})" if len(xs) > 1 else "")
-                    target = target_of(mode, n)
-                    missed = column == "ms" and target is not None and round(statistics.median(xs), 2) < target
-                    cells.append(f"**{cell}**" if missed else cell)
+                    cells.append(f"**{cell}**" if column == "ms" and met(mode, n, xs) is False else cell)
                 if any(x != "—" for x in cells):
                     body.append([mode, d, yes_no(c), *cells])
         caption = (
@@ -384,26 +386,16 @@ def table_targets(gpu_dir):
             "brackets), B=4, H=8, bf16; each run's part 5 against the same run's cuDNN"
         )
         caption += (
-            ". In bold, a median under its target (forward, backward and forward + backward 1.0x from N = 4096; "
-            "forward + backward 0.85x at N = 1024 and 2048):"
+            f". In bold, a median under its target ({_targets_text()}):"
             if column == "ms"
             else ". No targets here: the GPU's time alone, without the host's:"
         )
         align = "llr" + "r" * len(seq_lens)
         out += [caption, "", markdown_table(["mode", "D", "causal", *(f"N = {n}" for n in seq_lens)], body, align), ""]
-    verdicts = targets(rows)
-    met = sum(v[-1] for v in verdicts)
-    out.append(f"Targets met by the median: {met} of {len(verdicts)} shapes.")
+    verdicts = [met(mode, n, xs) for (mode, _, _, n), xs in run_ratios(rows).items()]
+    verdicts = [v for v in verdicts if v is not None]
+    out.append(f"Targets met by the median: {sum(verdicts)} of {len(verdicts)} shapes.")
     return "\n".join(out)
-
-
-def _sm_count(gpu_dir):
-    """The GPU's SM count, from a device description a sweep wrote beside the results (*_device.json)."""
-    import json
-
-    for path in sorted(gpu_dir.glob("*_device.json")):
-        return json.loads(path.read_text())["multi_processor_count"]
-    raise FileNotFoundError(2, "no device description", str(gpu_dir / "part2_device.json"))
 
 
 def table_last_round(gpu_dir):
@@ -412,7 +404,7 @@ def table_last_round(gpu_dir):
     times of two and three warpgroups (part5_gluon.csv)."""
     from part5_profiling import gluon_attention
 
-    sms = _sm_count(gpu_dir)
+    sms = sweep_report.device(gpu_dir, "part2")["multi_processor_count"]  # the limits part 2's sweep read off
     rows = [
         r
         for r in read_csv(gpu_dir / "part5_gluon.csv")
@@ -525,7 +517,7 @@ def table_gluon(gpu_dir):
 
 def table_gluon_order(gpu_dir):
     from part5_profiling import gluon_attention
-    from part5_profiling.tools.gluon_study import order_variants
+    from part5_profiling.tools.gluon_study import ORDERS
 
     rows = read_csv(gpu_dir / "part5_gluon_order.csv")
     rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in rows]
@@ -535,7 +527,7 @@ def table_gluon_order(gpu_dir):
         "backend from one run, each with its fraction of cuDNN's speed. Part 5 takes one sequence at a time at "
         f"D = 128 from N = {gluon_attention.SEQUENCE_MAJOR_FROM}, every sequence side by side otherwise:"
     )
-    first = list(order_variants(128))
+    first = list(ORDERS)
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study --order", caption, first)
 
 
