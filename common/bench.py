@@ -5,6 +5,7 @@
     python -m common.bench --quick              # N = 1024 and 4096 only
     python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
     python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
+    python -m common.bench --part 5 --sdpa cudnn --fa4   # FlashAttention-4 too, where flash-attn-4 is installed
     python -m common.bench --part 5 --sdpa cudnn --compiled --mode fwd+bwd   # also each inside torch.compile
     python -m common.bench --part 5 --sdpa cudnn --compiled-cudagraphs --mode fwd+bwd   # ... with CUDA graphs
     python -m common.bench --d 128 --causal 1 --n 2048    # one shape of the grid
@@ -39,7 +40,17 @@ import torch
 
 from common import parts, results, runtime
 from common.check import check_slices, verdict
-from common.impls import FLEX, SDPA_BACKENDS, compiled_impl, compiled_way, flex_impl, part_impl, sdpa_impl
+from common.impls import (
+    FA4,
+    FLEX,
+    SDPA_BACKENDS,
+    compiled_impl,
+    compiled_way,
+    fa4_impl,
+    flex_impl,
+    part_impl,
+    sdpa_impl,
+)
 from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, graph_time_ms, tflops, time_ms
 
@@ -191,6 +202,8 @@ def impl_order(name):
         return (3 + way, *impl_order(base))
     if name == FLEX:
         return (2, 0)
+    if name == FA4:
+        return (2, 1)
     if name.startswith("part"):
         return (0, int(name.removeprefix("part")))
     return (1, list(SDPA_BACKENDS).index(name.removeprefix("sdpa_")))
@@ -253,6 +266,9 @@ def main(argv=None):
     ap.add_argument("--sdpa", action="append", choices=SDPA_BACKENDS, help="SDPA backend (repeatable); default: all")
     ap.add_argument("--flex", action="store_true", help="also time FlexAttention (compiles per shape: slow to start)")
     ap.add_argument(
+        "--fa4", action="store_true", help="also time FlashAttention-4 (pip package flash-attn-4), if installed"
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -288,6 +304,11 @@ def main(argv=None):
     for cudagraphs in [False] * args.compiled + [True] * args.compiled_cudagraphs:
         impls += [compiled_impl(i, parts.load(i.part) if i.part is not None else None, cudagraphs) for i in eager]
     impls += [flex_impl()] if args.flex else []
+    if args.fa4:
+        fa4 = fa4_impl()
+        impls += [fa4] if fa4 is not None else []
+        if fa4 is None:
+            print("--fa4: flash-attn-4 is not installed here (pip install flash-attn-4): no FA4 rows", flush=True)
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"
     masks = (False, True) if args.causal is None else (bool(args.causal),)

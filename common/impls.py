@@ -29,6 +29,7 @@ SDPA_BACKENDS = {
     "default": "SDPA default",
 }
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
+FA4 = "fa4"  # FlashAttention-4 (the flash-attn-4 package, CuTe DSL): timed only with --fa4, where installed
 COMPILED = "_compiled"  # an implementation's name + this: the same inside torch.compile (--compiled)
 CUDAGRAPHS = "_compiled_cudagraphs"  # ... inside torch.compile(mode="reduce-overhead"): CUDA graphs too
 COMPILE_WAYS = {COMPILED: "torch.compile", CUDAGRAPHS: "torch.compile, CUDA graphs"}  # in the benchmark's order
@@ -72,6 +73,8 @@ def impl_label(name):
         return f"{impl_label(base)} ({list(COMPILE_WAYS.values())[way]})"
     if name == FLEX:
         return "FlexAttention"
+    if name == FA4:
+        return "FlashAttention-4"
     return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
 
 
@@ -186,6 +189,31 @@ def flex_impl():
     """FlexAttention beside SDPA. Its first call at each shape compiles (tens of seconds), so the
     benchmark times it only when asked (--flex); the check runs first and compiles it."""
     return Impl(name=FLEX, forward=lambda q, k, v, c: {"O": flex(q, k, v, c)}, attention=flex)
+
+
+def fa4_function():
+    """flash-attn-4's flash_attn_func, or None where the package (or what it needs) is not installed."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception:  # ImportError, or a dependency that fails to load: no FA4 rows
+        return None
+    return flash_attn_func
+
+
+def fa4(q, k, v, causal):
+    """FlashAttention-4 (its Hopper path on an H200) on the benchmark's (B, H, N, D) tensors: it takes
+    (B, N, H, D), and a transposed view is that layout with the last dim still contiguous, which its
+    kernels accept as it is (no copy); O comes back as a view in (B, H, N, D)."""
+    o, _ = fa4_function()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)  # (O, L)
+    return o.transpose(1, 2)
+
+
+def fa4_impl():
+    """FlashAttention-4 beside SDPA, an optional baseline: None where flash-attn-4 is not installed.
+    Its first call at each head dim and mask compiles its kernels (CuTe DSL), which the check's call pays."""
+    if fa4_function() is None:
+        return None
+    return Impl(name=FA4, forward=lambda q, k, v, c: {"O": fa4(q, k, v, c)}, attention=fa4)
 
 
 def compiled_impl(impl, module=None, cudagraphs=False):

@@ -68,7 +68,7 @@ import textwrap
 from pathlib import Path
 
 from common import ROOT, coldstart, parts, results
-from common.impls import FLEX, SDPA_BACKENDS, impl_label
+from common.impls import FA4, FLEX, SDPA_BACKENDS, impl_label
 from common.results import markdown_table, provenance_line, read_csv
 from common.timing import attention_flops
 
@@ -112,7 +112,7 @@ def impls_in(rows):
     return (
         in_parts
         + [f"sdpa_{b}" for b in SDPA_BACKENDS if f"sdpa_{b}" in part_of]
-        + [name for name in (FLEX,) if name in part_of]
+        + [name for name in (FLEX, FA4) if name in part_of]
     )
 
 
@@ -125,6 +125,7 @@ OTHER_STYLES = {  # (colour, line style, marker): SDPA's backends dashed or dott
     "sdpa_math": ("darkgoldenrod", (0, (3, 1, 1, 1, 1, 1)), "<"),
     "sdpa_default": ("teal", (0, (6, 2)), ">"),
     FLEX: ("magenta", (0, (1, 1)), "d"),
+    FA4: ("crimson", (0, (5, 1)), "p"),
 }
 
 

@@ -227,6 +227,34 @@ def test_flex_attention_is_checked_like_sdpa(monkeypatch):
     assert impls.impl_label(impls.FLEX) == "FlexAttention"
 
 
+def test_fa4_is_an_optional_baseline(monkeypatch):
+    """--fa4's FlashAttention-4: no impl (so no rows) where flash-attn-4 does not import; where it does,
+    its flash_attn_func gets (B, N, H, D) views of the benchmark's (B, H, N, D) tensors and O comes back
+    as (B, H, N, D); it sorts after FlexAttention and has a label and a plot style of its own."""
+    import sys
+    import types
+
+    from common import bench, impls, report
+
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)  # import fails, as where it is not installed
+    assert impls.fa4_function() is None and impls.fa4_impl() is None
+
+    def flash_attn_func(q, k, v, causal=False):  # a stand-in with FA4's layout and return value
+        assert q.shape[2] == 3 and q.stride(-1) == 1  # (B, N, H, D), heads third, no copy
+        o = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=causal)
+        return o.transpose(1, 2), None
+
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", types.SimpleNamespace(flash_attn_func=flash_attn_func))
+    q, k, v = (torch.randn(2, 3, 40, 16) for _ in range(3))
+    impl = impls.fa4_impl()
+    assert impl is not None and impl.name == impls.FA4
+    for causal in (False, True):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(impl.forward(q, k, v, causal)["O"], want)
+    assert bench.impl_order(impls.FLEX) < bench.impl_order(impls.FA4) < bench.impl_order("part5_compiled")
+    assert impls.impl_label(impls.FA4) == "FlashAttention-4" and report.impl_style(impls.FA4)["color"] == "crimson"
+
+
 @pytest.mark.parametrize(
     "first_two, path",
     [((1.0, 1.0), "do_bench"), ((900.0, 2.0), "do_bench"), ((900.0, 800.0), "slow")],

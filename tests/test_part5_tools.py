@@ -102,6 +102,26 @@ def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
     assert call() == "result" and seen == [False] and torch._C._is_multithreading_enabled()
 
 
+def test_floor_launches_nothing_and_hands_do_back():
+    """launch_cost's floor: a Python autograd.Function whose forward only allocates O (q's shape) and
+    whose backward returns dO as every gradient, so its host time is autograd's alone; the run's
+    floor calls are a forward + backward in both threading modes, and its host split has the pieces."""
+    from part5_profiling.tools.launch_cost import FLOOR, ONE_THREAD, Floor, calls, host_split
+
+    q, k, v, do = (torch.randn(1, 2, 8, 4) for _ in range(4))
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o = Floor.apply(*leaves, False)
+    assert o.shape == q.shape and o.grad_fn is not None
+    grads = torch.autograd.grad(o, leaves, do)
+    assert all(torch.equal(g, do) for g in grads)
+    split = host_split(Floor.apply, q, k, v, do, function=Floor, calls=20)
+    assert list(split) == ["forward", "backward body", "engine and hand-off", "total"]
+    modes = calls(FLOOR, 16)
+    assert list(modes) == ["fwd+bwd", ONE_THREAD]
+    for call in modes.values():
+        assert [g.shape for g in call()] == [(4, 8, 16, 128)] * 3
+
+
 def test_host_split_times_the_backward_inside_and_leaves_the_function_as_it_was():
     """launch_cost's host split: forward, backward body and the rest add up to the total (medians of
     parts need not, means do), the backward runs once per call, and the Function's backward is its own
@@ -524,6 +544,28 @@ def test_targets_are_judged_on_the_median_of_runs(tmp_path):
     assert "| fwd+bwd | 64 | no | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |" in table  # graph replay: never bold
     assert "the median of 3 runs" in table and "Targets met by the median: 1 of 2 shapes." in table
     assert report.target_of("fwd", 2048) is None and report.target_of("bwd", 16384) == 1.0
+
+
+def test_fa4_table_pairs_rows_of_one_invocation(tmp_path):
+    """The FlashAttention-4 table: FA4, cuDNN and part 5 of one run_id side by side with the two ratios;
+    a shape whose part 5 row another invocation left is not shown; no FA4 rows, a line saying how."""
+    from common import bench
+    from part5_profiling.tools import report
+
+    one = study_row(run_id=1, impl="part5", N=4096, D=64, causal=0, mode="fwd", tflops=1.0, check="ok")
+    write_csv(tmp_path / "bench.csv", [one], bench.FIELDS)
+    assert report.table_fa4(tmp_path).startswith("No FlashAttention-4 rows")
+    rows = [
+        study_row(run_id=1, impl=impl, N=4096, D=128, causal=1, mode="fwd+bwd", tflops=t, check="ok")
+        for impl, t in (("fa4", 600.0), ("sdpa_cudnn", 500.0), ("part5", 450.0))
+    ] + [
+        study_row(run_id=run_id, impl=impl, N=8192, D=128, causal=1, mode="fwd+bwd", tflops=500.0, check="ok")
+        for run_id, impl in ((1, "fa4"), (1, "sdpa_cudnn"), (2, "part5"))
+    ]
+    write_csv(tmp_path / "bench.csv", rows, bench.FIELDS)
+    table = report.table_fa4(tmp_path)
+    assert "| fwd+bwd | 128 | yes | 4096 | 600 | 500 | 450 | 1.20x | 0.75x |" in table
+    assert "| 8192 |" not in table
 
 
 def test_gluon_order_table(tmp_path):

@@ -10,6 +10,9 @@ Triton too, bwd (its flash_backward called directly, on the calling thread), "bw
 same backward through torch.autograd.grad on a retained graph, as the benchmark's bwd mode runs it:
 on autograd's own thread) and fwd+bwd (the forward and torch.autograd.grad). The same for SDPA's
 flash and cuDNN backends (fwd, "bwd, autograd", fwd+bwd), whose launch path is C++: the yardstick.
+And "floor": an autograd.Function whose forward allocates O and whose backward hands dO back as each
+gradient, launching nothing (fwd+bwd only): what any Python Function's forward + backward costs before
+it does any work, autograd's engine and its hand-off between threads included.
 
 "fwd+bwd, one thread" is fwd+bwd with torch.autograd.set_multithreading_enabled(False): autograd
 runs the backward on the calling thread instead of its own device thread, so no hand-off between
@@ -160,11 +163,30 @@ def host_split(attention, q, k, v, do, function=None, multithreading=True, calls
     return {name: (statistics.median(xs) * 1e6, statistics.fmean(xs) * 1e6) for name, xs in parts_of.items()}
 
 
+class Floor(torch.autograd.Function):
+    """The least a forward + backward through a Python autograd.Function costs the host: the forward
+    allocates O (as every part's does), the backward returns dO as each gradient; no kernel runs."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        ctx.save_for_backward(q, k, v)
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, do):
+        return do, do, do, None
+
+
+FLOOR = "floor"
+
+
 def split_rows(n_part, n, meta):
     """The host split of part n_part (or "sdpa_flash" / "sdpa_cudnn") at sequence length n: rows of
     mode "fwd+bwd" and ONE_THREAD, what SPLIT, group the part of the call and its statistic."""
     q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
-    if isinstance(n_part, str):
+    if n_part == FLOOR:
+        attention, function, context = Floor.apply, Floor, nullcontext
+    elif isinstance(n_part, str):
         backend = n_part.removeprefix("sdpa_")
         attention, function, context = impls.sdpa, None, functools.partial(impls.sdpa_context, backend)
     else:
@@ -211,6 +233,11 @@ def sdpa_calls(backend, n):
 
 def calls(n_part, n):
     """{mode: the call to time} for part n_part at sequence length n."""
+    if n_part == FLOOR:
+        q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
+        leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        both = lambda: torch.autograd.grad(Floor.apply(*leaves, False), leaves, do)  # noqa: E731
+        return {"fwd+bwd": both, ONE_THREAD: one_thread(both)}
     if isinstance(n_part, str):  # "sdpa_flash", "sdpa_cudnn"
         return sdpa_calls(n_part.removeprefix("sdpa_"), n)
     module = parts.load(n_part)
@@ -249,8 +276,9 @@ def run(part_numbers, save=None):
     meta = results.provenance()
     rows = []
     for n_part in part_numbers:
-        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn": pinned while measured, not profiled
-        context = functools.partial(impls.sdpa_context, n_part.removeprefix("sdpa_")) if sdpa else nullcontext
+        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn" (pinned while measured), "floor": not profiled
+        pinned = sdpa and n_part != FLOOR
+        context = functools.partial(impls.sdpa_context, n_part.removeprefix("sdpa_")) if pinned else nullcontext
         for n in SEQ_LENS:
             try:
                 modes = calls(n_part, n)
@@ -318,14 +346,14 @@ def main(argv=None):
         choices=["flash", "cudnn"],
         help="SDPA backend to measure beside the parts (repeatable); default: flash and cudnn",
     )
-    ap.add_argument("--no-sdpa", action="store_true", help="the parts alone")
+    ap.add_argument("--no-sdpa", action="store_true", help="the parts alone (and no floor)")
     args = ap.parse_args(argv)
     try:
         numbers = parts.require(args.part) if args.part else [n for n in parts.available() if parts.uses_triton(n)]
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    numbers += [] if args.no_sdpa else [f"sdpa_{b}" for b in args.sdpa or ("flash", "cudnn")]
+    numbers += [] if args.no_sdpa else [f"sdpa_{b}" for b in args.sdpa or ("flash", "cudnn")] + [FLOOR]
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731

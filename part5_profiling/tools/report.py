@@ -398,6 +398,41 @@ def table_targets(gpu_dir):
     return "\n".join(out)
 
 
+def table_fa4(gpu_dir):
+    """FlashAttention-4 (`--fa4`), SDPA cuDNN and part 5 in TFLOP/s from bench.csv, each shape's three rows
+    from the same invocation of the benchmark (run_id), with FA4 over cuDNN and part 5 over FA4."""
+    rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["impl"] in ("fa4", "sdpa_cudnn", "part5")]
+    index = {(r["run_id"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r["tflops"] for r in rows}
+    body, used = [], []
+    for r in sorted((r for r in rows if r["impl"] == "fa4"), key=lambda r: (r["mode"], r["D"], r["causal"], r["N"])):
+        key = (r["mode"], r["D"], r["causal"], r["N"])
+        fa4, cudnn, ours = (index.get((r["run_id"], impl, *key)) for impl in ("fa4", "sdpa_cudnn", "part5"))
+        if not (fa4 and cudnn and ours):
+            continue
+        used += [x for x in rows if x["run_id"] == r["run_id"] and (x["mode"], x["D"], x["causal"], x["N"]) == key]
+        ratios = (f"{fa4 / cudnn:.2f}x", f"{ours / fa4:.2f}x")
+        body.append(
+            [r["mode"], r["D"], yes_no(r["causal"]), r["N"], f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", *ratios]
+        )
+    if not body:
+        return (
+            "No FlashAttention-4 rows in bench.csv: `python -m common.bench --fa4 ...` where flash-attn-4 is installed."
+        )
+    return "\n".join(
+        [
+            provenance_line(used, "python -m common.bench --fa4 ... && make report"),
+            "",
+            "B=4, H=8, bf16, TFLOP/s by `do_bench`, each shape's three rows from one invocation of the benchmark:",
+            "",
+            markdown_table(
+                ["mode", "D", "causal", "N", "FA4", "SDPA cuDNN", "part 5", "FA4 / cuDNN", "part 5 / FA4"],
+                body,
+                "llrr" + "r" * 5,
+            ),
+        ]
+    )
+
+
 def table_last_round(gpu_dir):
     """The Gluon forward's persistent grid at D = 64 without a mask: query tiles, rounds of one tile per SM,
     how full the last round is and how much of the grid's tile slots hold real rows, beside the study's
@@ -858,6 +893,7 @@ TABLES = {
     "part5-host-check": table_host_check,
     "part5-gluon": table_gluon,
     "part5-last-round": table_last_round,
+    "part5-fa4": table_fa4,
     "part5-targets": table_targets,
     "part5-gluon-bwd": table_gluon_bwd,
     "part5-gluon-order": table_gluon_order,
@@ -871,6 +907,12 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "Part 5 against SDPA cuDNN in several whole runs of the benchmark, one after another: the median of the "
         "runs' ratios, which decides each target (a single run on this GPU moves by a few percent).",
         "part5-targets",
+    ),
+    (
+        "FlashAttention-4",
+        "The best kernels' distance: FlashAttention-4's Hopper path (the flash-attn-4 package, CuTe DSL; the "
+        "FlashAttention-3 design) timed in the benchmark beside SDPA cuDNN and part 5.",
+        "part5-fa4",
     ),
     (
         "Ceilings",
