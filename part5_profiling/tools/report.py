@@ -404,7 +404,9 @@ def table_fa4(gpu_dir):
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["impl"] in ("fa4", "sdpa_cudnn", "part5")]
     index = {(r["run_id"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r["tflops"] for r in rows}
     body, used = [], []
-    for r in sorted((r for r in rows if r["impl"] == "fa4"), key=lambda r: (r["mode"], r["D"], r["causal"], r["N"])):
+    modes = ("fwd", "bwd", "fwd+bwd")
+    fa4_rows = [r for r in rows if r["impl"] == "fa4" and r["mode"] in modes]
+    for r in sorted(fa4_rows, key=lambda r: (modes.index(r["mode"]), r["D"], r["causal"], r["N"])):
         key = (r["mode"], r["D"], r["causal"], r["N"])
         fa4, cudnn, ours = (index.get((r["run_id"], impl, *key)) for impl in ("fa4", "sdpa_cudnn", "part5"))
         if not (fa4 and cudnn and ours):
