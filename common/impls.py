@@ -200,20 +200,20 @@ def fa4_function():
     return flash_attn_func
 
 
-def fa4(q, k, v, causal):
-    """FlashAttention-4 (its Hopper path on an H200) on the benchmark's (B, H, N, D) tensors: it takes
-    (B, N, H, D), and a transposed view is that layout with the last dim still contiguous, which its
-    kernels accept as it is (no copy); O comes back as a view in (B, H, N, D)."""
-    o, _ = fa4_function()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)  # (O, L)
-    return o.transpose(1, 2)
-
-
 def fa4_impl():
     """FlashAttention-4 beside SDPA, an optional baseline: None where flash-attn-4 is not installed.
-    Its first call at each head dim and mask compiles its kernels (CuTe DSL), which the check's call pays."""
-    if fa4_function() is None:
+    Its first call at each head dim and mask compiles its kernels (CuTe DSL), which the check's call pays.
+    It takes (B, N, H, D): a transposed view of the benchmark's (B, H, N, D) tensors is that layout with
+    the last dim still contiguous, which its kernels accept as it is (no copy); O comes back as a view."""
+    function = fa4_function()
+    if function is None:
         return None
-    return Impl(name=FA4, forward=lambda q, k, v, c: {"O": fa4(q, k, v, c)}, attention=fa4)
+
+    def attention(q, k, v, causal):
+        o, _ = function(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)  # (O, L)
+        return o.transpose(1, 2)
+
+    return Impl(name=FA4, forward=lambda q, k, v, c: {"O": attention(q, k, v, c)}, attention=attention)
 
 
 def compiled_impl(impl, module=None, cudagraphs=False):

@@ -342,6 +342,7 @@ def test_part5_tables(tmp_path):
             for w, us in (("gpu_us", 20.0 * scale), ("host_us", 45.0 * scale), ("call_us", 47.0 * scale))
         ]
         + [dict(part=4, mode="bwd", N=512, D=128, what="host, by group (cProfile)", group="autotuner", us=9.5, **META)]
+        + [dict(part=3, mode="fwd", N=512, D=128, what="host_us", group="", us=90.0, **dict(META, commit="0ld0ld0"))]
         + [
             dict(part=4, mode="fwd+bwd", N=512, D=128, what="host split", group=f"{name} ({stat})", us=us, **META)
             for name, median in (("forward", 80), ("backward body", 120), ("engine and hand-off", 70), ("total", 280))
@@ -352,6 +353,7 @@ def test_part5_tables(tmp_path):
     table = report.table_launch_cost(tmp_path)
     assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 | 2.0x |" in table  # host time against SDPA cuDNN's
     assert "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 | — |" in table
+    assert "| 3 | fwd | 512 | — | 90.0 | — | — |" in table  # cuDNN of another commit: no ratio
     assert "| 4 | bwd | autotuner | 9.5 |" in table
     assert "(median)" not in table  # the cProfile table takes its own rows only
     assert "| 4 | fwd+bwd | 80 (120) | 120 (180) | 70 (105) | — | 280 (420) |" in table

@@ -59,7 +59,7 @@ B, H, D = 4, 8, 128
 SEQ_LENS = (512, 1024, 2048, 4096)
 CALLS = 200
 FIELDS = ["part", "mode", "N", "D", "what", "group", "us", *results.PROVENANCE]
-KEY = ("part", "mode", "N", "D", "what", "group")  # a run replaces these rows and keeps the other parts'
+KEY = ("part", "mode", "N", "D", "what", "group")  # the rows' key when a run merges into the CSV (main)
 # (group, a pattern of the file path that puts a function in it): the first match wins.
 GROUPS = [
     ("input checks", r"common/validate\.py$"),
@@ -358,8 +358,14 @@ def main(argv=None):
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
+    measured = {str(n) for n in numbers}  # a run replaces every row of what it measures, keeps the rest's
     return results.write_as_measured(
-        "part5_launch_cost.csv", FIELDS, lambda save: run(numbers, save), failed=failed, key=KEY
+        "part5_launch_cost.csv",
+        FIELDS,
+        lambda save: run(numbers, save),
+        failed=failed,
+        key=KEY,
+        drop=lambda r: r["part"] in measured,
     )
 
 

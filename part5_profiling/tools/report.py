@@ -111,11 +111,13 @@ def table_launch_cost(gpu_dir):
     rows = read_csv(gpu_dir / "part5_launch_cost.csv")
     timing = [r for r in rows if r["what"] in ("gpu_us", "host_us", "call_us")]
     index = {(r["part"], r.get("mode") or "fwd", r["N"], r["what"]): r["us"] for r in timing}
+    commit = {(r["part"], r.get("mode") or "fwd", r["N"]): r["commit"] for r in timing}
     keys = list(dict.fromkeys((r["part"], r.get("mode") or "fwd", r["N"]) for r in timing))
 
-    def vs_sdpa(p, m, n):  # host time against SDPA cuDNN's in the same mode and N
+    def vs_sdpa(p, m, n):  # host time against SDPA cuDNN's in the same mode and N, of the same commit's run
         ours, theirs = index.get((p, m, n, "host_us")), index.get(("sdpa_cudnn", m, n, "host_us"))
-        return f"{float(ours) / float(theirs):.1f}x" if ours and theirs else "—"
+        same_run = commit.get((p, m, n)) == commit.get(("sdpa_cudnn", m, n))
+        return f"{float(ours) / float(theirs):.1f}x" if ours and theirs and same_run else "—"
 
     body = [
         [p, m, n, *(index.get((p, m, n, w), "—") for w in ("gpu_us", "host_us", "call_us")), vs_sdpa(p, m, n)]
@@ -128,7 +130,8 @@ def table_launch_cost(gpu_dir):
         "",
         "D=128, non-causal, bf16, B=4, H=8; microseconds per call (bwd: flash_backward called directly; "
         "fwd+bwd: the forward and torch.autograd.grad; one thread: the same with autograd's backward on the "
-        "calling thread):",
+        "calling thread; floor: a Python autograd.Function that launches nothing). The last column only "
+        "where SDPA cuDNN was measured at the same commit:",
         "",
         markdown_table(
             ["part", "mode", "N", "GPU (graph replay)", "host (issuing calls)", "do_bench", "host / SDPA cuDNN's"],
