@@ -304,11 +304,10 @@ def main(argv=None):
     for cudagraphs in [False] * args.compiled + [True] * args.compiled_cudagraphs:
         impls += [compiled_impl(i, parts.load(i.part) if i.part is not None else None, cudagraphs) for i in eager]
     impls += [flex_impl()] if args.flex else []
-    if args.fa4:
-        fa4 = fa4_impl()
-        impls += [fa4] if fa4 is not None else []
-        if fa4 is None:
-            print("--fa4: flash-attn-4 is not installed here (pip install flash-attn-4): no FA4 rows", flush=True)
+    fa4 = fa4_impl() if args.fa4 else None
+    impls += [fa4] if fa4 is not None else []
+    if args.fa4 and fa4 is None:
+        print("--fa4: flash-attn-4 is not installed here (pip install flash-attn-4): no FA4 rows", flush=True)
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"
     masks = (False, True) if args.causal is None else (bool(args.causal),)

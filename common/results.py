@@ -109,15 +109,14 @@ def failed_check(row):
     return not str(row.get("check", "")).startswith(("ok", "not checked", "checked by"))
 
 
-def write_as_measured(filename, fields, run, failed=failed_check, key=None, drop=None):
+def write_as_measured(filename, fields, run, failed=failed_check, key=None):
     """The end of every GPU study: run(save) measures, calling save(rows) after each shape (so a run
     cut short keeps what it measured); the rows are written once more at the end to
-    results/<gpu>/filename (merged by `key` and `drop` if given, as write_csv merges). Returns the
-    exit status: 1 if any row failed."""
+    results/<gpu>/filename (merged by `key` if given). Returns the exit status: 1 if any row failed."""
     path = results_dir() / filename
 
     def save(rows):
-        write_csv(path, rows, fields, key=key, drop=drop)
+        write_csv(path, rows, fields, key=key)
 
     rows = run(save)
     save(rows)

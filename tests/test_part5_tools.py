@@ -102,6 +102,21 @@ def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
     assert call() == "result" and seen == [False] and torch._C._is_multithreading_enabled()
 
 
+def test_launch_cost_run_replaces_what_it_measures(tmp_path):
+    """launch_cost's CSV merges by part: a run takes out every earlier row of what it measures (an old
+    error, a cProfile group it no longer shows) and keeps the other parts' rows."""
+    from common.results import read_csv
+    from part5_profiling.tools import launch_cost
+
+    path = tmp_path / "part5_launch_cost.csv"
+    old = [dict(part=p, mode="fwd", N=512, D=128, what=w, group="", us=1.0, **META) for p, w in ((4, "host_us"),)]
+    old += [dict(part=5, mode="fwd", N=512, D=128, what=w, group="", us=1.0, **META) for w in ("host_us", "error: x")]
+    write_csv(path, old, launch_cost.FIELDS)
+    new = [dict(part=5, mode="fwd", N=512, D=128, what="host_us", group="", us=2.0, **META)]
+    write_csv(path, new, launch_cost.FIELDS, key=launch_cost.KEY)
+    assert sorted((r["part"], r["what"], r["us"]) for r in read_csv(path)) == [(4, "host_us", 1.0), (5, "host_us", 2.0)]
+
+
 def test_floor_launches_nothing_and_hands_do_back():
     """launch_cost's floor: a Python autograd.Function whose forward only allocates O (q's shape) and
     whose backward returns dO as every gradient, so its host time is autograd's alone; the run's

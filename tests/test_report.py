@@ -318,25 +318,6 @@ def test_write_as_measured_saves_each_shape_and_reports_failures(tmp_path, monke
         assert results.write_as_measured("study.csv", ["x", "check"], lambda save, c=check: [dict(x=6, check=c)]) == 1
 
 
-def test_write_as_measured_merges_by_key_and_drop(tmp_path, monkeypatch):
-    """With a key, a run keeps the rows it did not measure; drop also takes out old rows of what it
-    measures that the new run has no row for (an old error, a group that no longer shows)."""
-    from common import results
-
-    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
-    fields = ["part", "what", "check"]
-    old = [dict(part="4", what="host", check="ok"), dict(part="5", what="host", check="ok")]
-    old.append(dict(part="5", what="error: gone", check="ok"))
-    results.write_as_measured("lc.csv", fields, lambda save: old)
-    new = [dict(part="5", what="host", check="ok"), dict(part="5", what="floor", check="ok")]
-    kept = lambda: sorted((str(r["part"]), r["what"]) for r in results.read_csv(tmp_path / "lc.csv"))  # noqa: E731
-    results.write_as_measured("lc.csv", fields, lambda save: new, key=("part", "what"))
-    assert kept() == [("4", "host"), ("5", "error: gone"), ("5", "floor"), ("5", "host")]
-    drop = lambda r: r["part"] == "5"  # noqa: E731
-    results.write_as_measured("lc.csv", fields, lambda save: new, key=("part", "what"), drop=drop)
-    assert kept() == [("4", "host"), ("5", "floor"), ("5", "host")]
-
-
 def test_provenance_line_names_every_commit_and_day():
     from common import results
 

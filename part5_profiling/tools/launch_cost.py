@@ -59,7 +59,8 @@ B, H, D = 4, 8, 128
 SEQ_LENS = (512, 1024, 2048, 4096)
 CALLS = 200
 FIELDS = ["part", "mode", "N", "D", "what", "group", "us", *results.PROVENANCE]
-KEY = ("part", "mode", "N", "D", "what", "group")  # the rows' key when a run merges into the CSV (main)
+# A run replaces every row of the parts (and SDPA backends, floor) it measures, and keeps the others'.
+KEY = ("part",)
 # (group, a pattern of the file path that puts a function in it): the first match wins.
 GROUPS = [
     ("input checks", r"common/validate\.py$"),
@@ -277,8 +278,8 @@ def run(part_numbers, save=None):
     meta = results.provenance()
     rows = []
     for n_part in part_numbers:
-        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn" (pinned while measured), "floor": not profiled
-        pinned = sdpa and n_part != FLOOR
+        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn" and "floor": yardsticks, not profiled
+        pinned = sdpa and n_part.startswith("sdpa_")  # an SDPA backend, pinned while measured
         context = functools.partial(impls.sdpa_context, n_part.removeprefix("sdpa_")) if pinned else nullcontext
         for n in SEQ_LENS:
             try:
@@ -358,15 +359,8 @@ def main(argv=None):
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
-    measured = {str(n) for n in numbers}  # a run replaces every row of what it measures, keeps the rest's
-    return results.write_as_measured(
-        "part5_launch_cost.csv",
-        FIELDS,
-        lambda save: run(numbers, save),
-        failed=failed,
-        key=KEY,
-        drop=lambda r: r["part"] in measured,
-    )
+    measure = lambda save: run(numbers, save)  # noqa: E731
+    return results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=KEY)
 
 
 if __name__ == "__main__":

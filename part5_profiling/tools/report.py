@@ -405,16 +405,17 @@ def table_fa4(gpu_dir):
     """FlashAttention-4 (`--fa4`), SDPA cuDNN and part 5 in TFLOP/s from bench.csv, each shape's three rows
     from the same invocation of the benchmark (run_id), with FA4 over cuDNN and part 5 over FA4."""
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["impl"] in ("fa4", "sdpa_cudnn", "part5")]
-    index = {(r["run_id"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r["tflops"] for r in rows}
+    index = {(r["run_id"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r for r in rows}
     body, used = [], []
     modes = ("fwd", "bwd", "fwd+bwd")
     fa4_rows = [r for r in rows if r["impl"] == "fa4" and r["mode"] in modes]
     for r in sorted(fa4_rows, key=lambda r: (modes.index(r["mode"]), r["D"], r["causal"], r["N"])):
-        key = (r["mode"], r["D"], r["causal"], r["N"])
-        fa4, cudnn, ours = (index.get((r["run_id"], impl, *key)) for impl in ("fa4", "sdpa_cudnn", "part5"))
-        if not (fa4 and cudnn and ours):
+        key = (r["run_id"], r["mode"], r["D"], r["causal"], r["N"])
+        three = [index.get((key[0], impl, *key[1:])) for impl in ("fa4", "sdpa_cudnn", "part5")]
+        if not all(x and x["tflops"] for x in three):
             continue
-        used += [x for x in rows if x["run_id"] == r["run_id"] and (x["mode"], x["D"], x["causal"], x["N"]) == key]
+        used += three
+        fa4, cudnn, ours = (x["tflops"] for x in three)
         ratios = (f"{fa4 / cudnn:.2f}x", f"{ours / fa4:.2f}x")
         body.append(
             [r["mode"], r["D"], yes_no(r["causal"]), r["N"], f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", *ratios]
