@@ -706,3 +706,36 @@ def test_time_forwards_rows_errors_and_saves(monkeypatch):
     assert {r["check"] for r in rows if r["name"] == "broken"} == {
         "error: RuntimeError: out of resources: shared memory"
     }
+
+
+def test_launch_cost_paired_rounds(monkeypatch):
+    """launch_cost's paired measure: every target timed in turn, round after round, and each round's
+    time over SDPA cuDNN's of the same round. A target that sleeps twice as long per call as the
+    yardstick comes out near 2x, the yardstick at exactly 1x; a part without a fwd+bwd mode (a
+    PyTorch backward) gives no rows."""
+    import contextlib
+    import time
+
+    from part5_profiling.tools import launch_cost
+
+    naps = {launch_cost.YARDSTICK: 0.002, 5: 0.004, launch_cost.FLOOR: 0.001}
+    fake = {t: {"fwd+bwd": (lambda s=s: time.sleep(s))} for t, s in naps.items()}
+    fake[3] = {"fwd": lambda: None}
+    monkeypatch.setattr(launch_cost, "calls", lambda target, n: fake[target])
+    monkeypatch.setattr(launch_cost.impls, "sdpa_context", lambda backend: contextlib.nullcontext())
+    monkeypatch.setattr(launch_cost.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(launch_cost.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(launch_cost, "PAIRED_CALLS", 3)
+    rows = launch_cost.paired_rows([3, 5, launch_cost.YARDSTICK, launch_cost.FLOOR], META, rounds=3, lens=(512,))
+    cell = {(r["part"], r["group"]): float(r["us"]) for r in rows}
+    assert {r["part"] for r in rows} == {5, launch_cost.YARDSTICK, launch_cost.FLOOR}
+    assert all(r["what"] == launch_cost.PAIRED and r["mode"] == "fwd+bwd" and r["N"] == 512 for r in rows)
+    assert cell[(launch_cost.YARDSTICK, "over SDPA cuDNN (median)")] == 1.0
+    assert 1.5 < cell[(5, "over SDPA cuDNN (median)")] < 2.5
+    assert (
+        cell[(5, "over SDPA cuDNN (lowest)")]
+        <= cell[(5, "over SDPA cuDNN (median)")]
+        <= cell[(5, "over SDPA cuDNN (highest)")]
+    )
+    assert 0.3 < cell[(launch_cost.FLOOR, "over SDPA cuDNN (median)")] < 0.8
+    assert 3500 < cell[(5, "us (median of rounds)")] < 6000

@@ -30,6 +30,14 @@ runs it) and the rest (autograd's engine and the hand-off between threads), each
 mean over SPLIT_CALLS calls (a heavy tail of slow calls shows as a mean well above the median). SDPA's
 backward is C++, so its body and the rest are one: "backward through autograd". No profiler runs.
 
+Then "host, paired": the targets' forward + backward through autograd (autograd's device thread, as
+training runs it) timed in turn, PAIRED_ROUNDS rounds of PAIRED_CALLS calls each at N = 512 to 2048,
+every target once per round (few enough calls that the GPU's queue of launches never fills and holds
+the host back, where the GPU's work is the longer): each target's median over the rounds, and its time over SDPA cuDNN's of the
+same round (the median, lowest and highest of the rounds). The host's pace drifts by up to 2x
+between runs and within one on a shared machine, and the targets' own rows above are minutes apart:
+only a ratio taken within a round compares like with like. This is what the host target is judged on.
+
 Then where the host time goes, for fwd, bwd and "fwd+bwd, one thread" (cProfile sees only the
 calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS calls at the shortest N,
 each function's own time added into a few groups by the file it lives in (input checks, the
@@ -94,16 +102,16 @@ def host_groups(fn):
     return {group: seconds / CALLS * 1e6 for group, seconds in totals.items()}
 
 
-def host_us(fn, rounds=5):
+def host_us(fn, rounds=5, calls=CALLS):
     """Host time per call, calls issued back to back without synchronising: the median of `rounds`
-    rounds of CALLS calls (one round alone moves by 2x from run to run with the host's other work)."""
+    rounds of `calls` calls (one round alone moves by 2x from run to run with the host's other work)."""
     per_round = []
     for _ in range(rounds):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
-        per_round.append((time.perf_counter() - start) / CALLS * 1e6)
+        per_round.append((time.perf_counter() - start) / calls * 1e6)
         torch.cuda.synchronize()
     return sorted(per_round)[rounds // 2]
 
@@ -180,6 +188,65 @@ class Floor(torch.autograd.Function):
 
 
 FLOOR = "floor"
+
+
+PAIRED = "host, paired"
+PAIRED_ROUNDS = 15
+PAIRED_CALLS = 40
+PAIRED_LENS = (512, 1024, 2048)
+YARDSTICK = "sdpa_cudnn"
+
+
+def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
+    """Rows of what PAIRED for each target in `targets` (part numbers, "sdpa_flash", YARDSTICK, FLOOR)
+    that has a forward + backward through autograd, at each N in lens: host_us of every target in
+    turn, `rounds` times; "us" the median of its rounds, "over SDPA cuDNN" its round's time over
+    YARDSTICK's, as median, lowest and highest over the rounds (YARDSTICK among the targets)."""
+    import statistics
+
+    rows = []
+    for n in lens:
+        fns = {}
+        for target in targets:
+            try:
+                fn = calls(target, n).get("fwd+bwd")
+            except Exception as e:  # the part's first forward failed: its own rows say why
+                print(f"part {target} N={n:>5}  {PAIRED}: skipped ({results.why(e)})", flush=True)
+                continue
+            if fn is None:  # a PyTorch backward: no fwd+bwd mode
+                continue
+            pinned = isinstance(target, str) and target.startswith("sdpa_")
+            context = functools.partial(impls.sdpa_context, target.removeprefix("sdpa_")) if pinned else nullcontext
+            fns[target] = (fn, context)
+            with context():
+                fn()  # compile, autotune, warm
+        times = {target: [] for target in fns}
+        for _ in range(rounds):
+            for target, (fn, context) in fns.items():
+                with context():
+                    times[target].append(host_us(fn, rounds=1, calls=PAIRED_CALLS))
+        for target, us in times.items():
+            base = dict(part=target, mode="fwd+bwd", N=n, D=D, what=PAIRED, **meta)
+            rows.append(dict(base, group="us (median of rounds)", us=f"{statistics.median(us):.1f}"))
+            if YARDSTICK in times:
+                ratios = [a / b for a, b in zip(us, times[YARDSTICK])]
+                for name, value in (
+                    ("median", statistics.median(ratios)),
+                    ("lowest", min(ratios)),
+                    ("highest", max(ratios)),
+                ):
+                    rows.append(dict(base, group=f"over SDPA cuDNN ({name})", us=f"{value:.2f}"))
+            print(
+                f"part {target} fwd+bwd N={n:>5}  {PAIRED}: {statistics.median(us):8.1f} us"
+                + (
+                    f"  {statistics.median(ratios):.2f}x cuDNN ({min(ratios):.2f}-{max(ratios):.2f})"
+                    if YARDSTICK in times
+                    else ""
+                ),
+                flush=True,
+            )
+        torch.cuda.empty_cache()
+    return rows
 
 
 def split_rows(n_part, n, meta):
@@ -336,6 +403,23 @@ def run(part_numbers, save=None):
             torch.cuda.empty_cache()
             if save is not None:  # after every shape too: a run cut short keeps what it measured
                 save(rows)
+    if YARDSTICK in part_numbers:
+        try:
+            rows += paired_rows(part_numbers, meta)
+        except Exception as e:  # say why, keep the rest
+            rows.append(
+                dict(
+                    part=YARDSTICK,
+                    mode="",
+                    N="",
+                    D=D,
+                    group="",
+                    what=f"error: {PAIRED}: {results.why(e)}",
+                    us="",
+                    **meta,
+                )
+            )
+            print(f"{PAIRED}: error: {results.why(e)}", flush=True)
     return rows
 
 

@@ -146,6 +146,31 @@ def table_launch_cost(gpu_dir):
             "",
             markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr"),
         ]
+    paired = [r for r in rows if r["what"] == "host, paired"]
+    if paired:
+        cells = {(r["part"], r["N"], r["group"]): r["us"] for r in paired}
+        lens = list(dict.fromkeys(r["N"] for r in paired))
+
+        def pair_cell(p, n):
+            us, ratio = cells.get((p, n, "us (median of rounds)")), cells.get((p, n, "over SDPA cuDNN (median)"))
+            if us is None:
+                return "—"
+            low, high = cells.get((p, n, "over SDPA cuDNN (lowest)")), cells.get((p, n, "over SDPA cuDNN (highest)"))
+            return f"{float(us):.0f}" + (f" ({ratio}x, {low}-{high})" if ratio else "")
+
+        out += [
+            "",
+            "The host target's measure: a forward + backward through autograd (its device thread, as training "
+            "runs it) of every target in turn, round after round, N = 512 to 2048. Host us per call, the median "
+            "of the rounds (in brackets its time over SDPA cuDNN's in the same round: the median, and the lowest "
+            "and highest round):",
+            "",
+            markdown_table(
+                ["part", *(f"N = {n}" for n in lens)],
+                [[p, *(pair_cell(p, n) for n in lens)] for p in dict.fromkeys(r["part"] for r in paired)],
+                "l" + "r" * len(lens),
+            ),
+        ]
     split = [r for r in rows if r["what"] == "host split"]
     if split:
         cells = {(r["part"], r["mode"], r["group"]): r["us"] for r in split}
