@@ -739,3 +739,27 @@ def test_launch_cost_paired_rounds(monkeypatch):
     )
     assert 0.3 < cell[(launch_cost.FLOOR, "over SDPA cuDNN (median)")] < 0.8
     assert 3500 < cell[(5, "us (median of rounds)")] < 6000
+
+
+def test_profile_run_replaces_its_shapes_rows(tmp_path):
+    """The profile's CSV merges by target, shape, pass and method: a run takes out every earlier row
+    of what it measures (a stall reason no longer among the top) and keeps the other shapes' and
+    methods' rows."""
+    from common.results import read_csv
+    from part5_profiling.tools import profile
+
+    path = tmp_path / "part5_profile.csv"
+    row = lambda D, method, metric, value: dict(  # noqa: E731
+        target="part5", kernel="k", D=D, causal=0, method=method, metric=metric, value=value, unit="", note="", **META
+    )
+    row_of = lambda *a: dict(row(*a), **{"pass": "bwd"})  # noqa: E731
+    old = [row_of(128, "ncu", "stall #1: long_scoreboard", 5), row_of(64, "ncu", "stall #1: barrier", 2)]
+    old += [row_of(128, "cupti", "time per call", 700)]
+    write_csv(path, old, profile.FIELDS)
+    write_csv(path, [row_of(128, "ncu", "stall #1: barrier", 4)], profile.FIELDS, key=profile.KEY)
+    kept = sorted((r["D"], r["method"], r["metric"], r["value"]) for r in read_csv(path))
+    assert kept == [
+        (64, "ncu", "stall #1: barrier", 2),
+        (128, "cupti", "time per call", 700),
+        (128, "ncu", "stall #1: barrier", 4),
+    ]
