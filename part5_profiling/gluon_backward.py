@@ -248,6 +248,13 @@ if HAVE_GLUON:
         tma_add(dq_desc, [block * 16, 0], dq_smem.index(buf))
 
     @gluon.jit
+    def _release(ds_free, q_free, do_free, slot):
+        """This warpgroup is done with dS^T in shared memory and with the ring slot of Q_i and dO_i."""
+        mbarrier.arrive(ds_free, count=1)
+        mbarrier.arrive(q_free.index(slot), count=1)
+        mbarrier.arrive(do_free.index(slot), count=1)
+
+    @gluon.jit
     def _bwd_step(
         i,
         dk0,
@@ -337,9 +344,7 @@ if HAVE_GLUON:
             )
             dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)), k_smem.index(WG * 2 + 1 + z), dq, is_async=True)
             dq, dk0, dk1 = warpgroup_mma_wait(0, deps=[dq, dk0, dk1])
-            mbarrier.arrive(ds_free, count=1)
-            mbarrier.arrive(q_free.index(slot), count=1)
-            mbarrier.arrive(do_free.index(slot), count=1)
+            _release(ds_free, q_free, do_free, slot)
             _add_dq(dq, dq_smem, dq_desc, i, bh, q_start, N_QUERIES, WG, CHUNKS, BLOCK_M, DQ_BUFFERS)
         elif i % 2 == WG:
             dk0 = warpgroup_mma(ds_a, q_ring.index(slot), dk0, is_async=True)
@@ -347,9 +352,7 @@ if HAVE_GLUON:
             dq = warpgroup_mma(ds_smem.index(z).permute((1, 0)), k_smem.index(z), q0, use_acc=False, is_async=True)
             dq = warpgroup_mma(ds_smem.index(1 + z).permute((1, 0)), k_smem.index(1 + z), dq, is_async=True)
             dq, dk0 = warpgroup_mma_wait(0, deps=[dq, dk0])
-            mbarrier.arrive(ds_free, count=1)
-            mbarrier.arrive(q_free.index(slot), count=1)
-            mbarrier.arrive(do_free.index(slot), count=1)
+            _release(ds_free, q_free, do_free, slot)
             _add_dq(dq, dq_smem, dq_desc, i // 2, bh, q_start, N_QUERIES, WG, CHUNKS, BLOCK_M, DQ_BUFFERS)
         else:  # not this warpgroup's turn: it does not read dS from shared memory
             dk0 = warpgroup_mma(ds_a, q_ring.index(slot), dk0, is_async=True)
@@ -361,12 +364,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _bwd_partition(
-        outs,
-        scale,
-        n_masked,
-        sizes,
-        loads,
-        exchange,
+        work,
         WG: gl.constexpr,
         D: gl.constexpr,
         BLOCK_M: gl.constexpr,
@@ -374,7 +372,9 @@ if HAVE_GLUON:
         DQ_BUFFERS: gl.constexpr,
         ADDRESSES_IN_LOOP: gl.constexpr,
     ):
-        """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them."""
+        """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them. work:
+        what both warpgroups share (outputs, scale, masked tiles, sizes, loads, exchange)."""
+        outs, scale, n_masked, sizes, loads, exchange = work
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         DK, DV, DQ = outs
         acc_layout: gl.constexpr = _acc_layout(64)
@@ -521,42 +521,11 @@ if HAVE_GLUON:
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
         outs = (DK, DV, DQ)
+        work = (outs, scale, n_masked, sizes, loads, exchange)
         gl.warp_specialize(
             [
-                (
-                    _bwd_partition,
-                    (
-                        outs,
-                        scale,
-                        n_masked,
-                        sizes,
-                        loads,
-                        exchange,
-                        0,
-                        D,
-                        BLOCK_M,
-                        STAGES,
-                        DQ_BUFFERS,
-                        ADDRESSES_IN_LOOP,
-                    ),
-                ),
-                (
-                    _bwd_partition,
-                    (
-                        outs,
-                        scale,
-                        n_masked,
-                        sizes,
-                        loads,
-                        exchange,
-                        1,
-                        D,
-                        BLOCK_M,
-                        STAGES,
-                        DQ_BUFFERS,
-                        ADDRESSES_IN_LOOP,
-                    ),
-                ),
+                (_bwd_partition, (work, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ADDRESSES_IN_LOOP)),
+                (_bwd_partition, (work, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ADDRESSES_IN_LOOP)),
                 (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
