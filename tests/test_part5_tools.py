@@ -763,3 +763,11 @@ def test_profile_run_replaces_its_shapes_rows(tmp_path):
         (128, "cupti", "time per call", 700),
         (128, "ncu", "stall #1: barrier", 4),
     ]
+
+
+def test_launch_cost_paired_only_needs_the_yardstick(capsys):
+    """--paired-only divides by SDPA cuDNN's time: without it the command refuses, naming the way out."""
+    from part5_profiling.tools import launch_cost
+
+    assert launch_cost.main(["--part", "5", "--paired-only", "--no-sdpa"]) == 2
+    assert "--paired-only needs SDPA cuDNN" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """What one call costs on the host, against what its kernels cost on the GPU.
 
     python -m part5_profiling.tools.launch_cost     # GPU: results/<gpu>/part5_launch_cost.csv
+    python -m part5_profiling.tools.launch_cost --part 5 --paired-only   # the host target's measure alone
 
 Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU together) fall far
 under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
@@ -433,6 +434,11 @@ def main(argv=None):
         help="SDPA backend to measure beside the parts (repeatable); default: flash and cudnn",
     )
     ap.add_argument("--no-sdpa", action="store_true", help="the parts alone (and no floor)")
+    ap.add_argument(
+        "--paired-only",
+        action="store_true",
+        help="only the paired measure (the host target's), replacing only the paired rows of what it measures",
+    )
     args = ap.parse_args(argv)
     try:
         numbers = parts.require(args.part) if args.part else [n for n in parts.available() if parts.uses_triton(n)]
@@ -440,9 +446,17 @@ def main(argv=None):
         print(e, file=sys.stderr)
         return 2
     numbers += [] if args.no_sdpa else [f"sdpa_{b}" for b in args.sdpa or ("flash", "cudnn")] + [FLOOR]
+    if args.paired_only and YARDSTICK not in numbers:
+        print(
+            "--paired-only needs SDPA cuDNN, the yardstick: leave out --no-sdpa, keep cudnn in --sdpa", file=sys.stderr
+        )
+        return 2
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
+    if args.paired_only:
+        measure = lambda save: paired_rows(numbers, results.provenance())  # noqa: E731
+        return results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=("part", "what"))
     measure = lambda save: run(numbers, save)  # noqa: E731
     return results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=KEY)
 
