@@ -76,17 +76,23 @@ def _read_text(path):
         return list(csv.DictReader(f))
 
 
-def write_csv(path, rows, fields, key=None, sort=None, drop=None):
+def write_csv(path, rows, fields, key=None, sort=None, drop=None, replaces=None):
     """Write rows (dicts) to path with the columns `fields`, in that order; a column a row lacks is
     left empty. With `key` (column names) the file is merged rather than overwritten: a row already
     there stays unless a new row has the same key (or drop(row), given, is true of it: the row as
     text), so re-running part of a benchmark replaces only what it measured again. Old rows are
-    copied as the text they were. `sort` orders all rows."""
+    copied as the text they were. replaces(row), given, false of a new row (one saying a measurement
+    could not be made on this machine): that row takes nothing out, and is written only where no
+    row of its key is left. `sort` orders all rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
     if key is not None and path.exists():
-        new = {tuple(str(r[c]) for c in key) for r in rows}
-        rows = [r for r in _read_text(path) if tuple(r[c] for c in key) not in new and not (drop and drop(r))] + rows
+        of = lambda r: tuple(str(r[c]) for c in key)  # noqa: E731
+        takes_out = (lambda r: True) if replaces is None else replaces
+        new = {of(r) for r in rows if takes_out(r)}
+        old = [r for r in _read_text(path) if of(r) not in new and not (drop and drop(r))]
+        left = {of(r) for r in old}
+        rows = old + [r for r in rows if takes_out(r) or of(r) not in left]
     if sort is not None:
         rows.sort(key=sort)
     with open(path, "w", newline="") as f:
@@ -109,14 +115,15 @@ def failed_check(row):
     return not str(row.get("check", "")).startswith(("ok", "not checked", "checked by"))
 
 
-def write_as_measured(filename, fields, run, failed=failed_check, key=None):
+def write_as_measured(filename, fields, run, failed=failed_check, key=None, replaces=None):
     """The end of every GPU study: run(save) measures, calling save(rows) after each shape (so a run
     cut short keeps what it measured); the rows are written once more at the end to
-    results/<gpu>/filename (merged by `key` if given). Returns the exit status: 1 if any row failed."""
+    results/<gpu>/filename (merged by `key` if given, `replaces` as write_csv takes it). Returns the
+    exit status: 1 if any row failed."""
     path = results_dir() / filename
 
     def save(rows):
-        write_csv(path, rows, fields, key=key)
+        write_csv(path, rows, fields, key=key, replaces=replaces)
 
     rows = run(save)
     save(rows)

@@ -372,6 +372,27 @@ def test_part5_tables(tmp_path):
     assert "| 4 | bwd | autotuner | 9.5 |" in table
     assert "(median)" not in table  # the cProfile table takes its own rows only
     assert "| 4 | fwd+bwd | 80 (120) | 120 (180) | 70 (105) | — | 280 (420) |" in table
+    assert "paired" not in table  # no part5_launch_paired.csv: no paired table
+    write_csv(
+        tmp_path / "part5_launch_paired.csv",
+        [
+            dict(part=p, mode="fwd+bwd", N=n, D=128, what="host, paired", group=g, us=us, **META)
+            for p, us_of in ((5, 200.0), ("sdpa_cudnn", 100.0))
+            for n in (512, 1024)
+            for g, us in (
+                ("us (median of rounds)", us_of * n / 512),
+                *(
+                    (f"over SDPA cuDNN ({s})", r)
+                    for s, r in (("median", us_of / 100), ("lowest", us_of / 110), ("highest", us_of / 90))
+                ),
+            )
+        ],
+        launch_cost.FIELDS,
+    )
+    table = report.table_launch_cost(tmp_path)
+    assert "| part | N = 512 | N = 1024 |" in table
+    assert "| 5 | 200 (2.00x, 1.82-2.22) | 400 (2.00x, 1.82-2.22) |" in table
+    assert "| sdpa_cudnn | 100 (1.00x, 0.91-1.11) | 200 (1.00x, 0.91-1.11) |" in table
 
     write_csv(
         tmp_path / "part5_stages.csv",
@@ -710,35 +731,52 @@ def test_time_forwards_rows_errors_and_saves(monkeypatch):
 
 def test_launch_cost_paired_rounds(monkeypatch):
     """launch_cost's paired measure: every target timed in turn, round after round, and each round's
-    time over SDPA cuDNN's of the same round. A target that sleeps twice as long per call as the
-    yardstick comes out near 2x, the yardstick at exactly 1x; a part without a fwd+bwd mode (a
-    PyTorch backward) gives no rows."""
+    time over SDPA cuDNN's of the same round. The fake targets' calls all slow down by the same
+    factor from round to round (1, 4, 9: a host whose pace drifts), a target sleeping twice the
+    yardstick's time stays at 2x in every round (a ratio of the wrong rounds would not), the
+    yardstick at exactly 1x; a part without a fwd+bwd mode gives no rows, one whose first call
+    fails an error row, and the others are still timed."""
     import contextlib
     import time
 
     from part5_profiling.tools import launch_cost
 
-    naps = {launch_cost.YARDSTICK: 0.002, 5: 0.004, launch_cost.FLOOR: 0.001}
-    fake = {t: {"fwd+bwd": (lambda s=s: time.sleep(s))} for t, s in naps.items()}
-    fake[3] = {"fwd": lambda: None}
-    monkeypatch.setattr(launch_cost, "calls", lambda target, n: fake[target])
-    monkeypatch.setattr(launch_cost.impls, "sdpa_context", lambda backend: contextlib.nullcontext())
+    monkeypatch.setattr(launch_cost, "PAIRED_CALLS", 3)
+    naps = {launch_cost.YARDSTICK: 0.001, 5: 0.002, launch_cost.FLOOR: 0.0005}
+    made = {t: 0 for t in naps}
+
+    def fake(target, seconds):
+        def call():
+            made[target] += 1
+            drift = (1 + (made[target] - 2) // launch_cost.PAIRED_CALLS) ** 2  # the first call warms up
+            time.sleep(seconds * max(drift, 1))
+
+        return call
+
+    def failing():
+        raise RuntimeError("no kernel")
+
+    modes = {t: {"fwd+bwd": fake(t, s)} for t, s in naps.items()} | {3: {"fwd": lambda: None}, 4: {"fwd+bwd": failing}}
+    entered = []
+    monkeypatch.setattr(launch_cost, "calls", lambda target, n: modes[target])
+    monkeypatch.setattr(
+        launch_cost.impls, "sdpa_context", lambda backend: entered.append(backend) or contextlib.nullcontext()
+    )
     monkeypatch.setattr(launch_cost.torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(launch_cost.torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(launch_cost, "PAIRED_CALLS", 3)
-    rows = launch_cost.paired_rows([3, 5, launch_cost.YARDSTICK, launch_cost.FLOOR], META, rounds=3, lens=(512,))
-    cell = {(r["part"], r["group"]): float(r["us"]) for r in rows}
-    assert {r["part"] for r in rows} == {5, launch_cost.YARDSTICK, launch_cost.FLOOR}
-    assert all(r["what"] == launch_cost.PAIRED and r["mode"] == "fwd+bwd" and r["N"] == 512 for r in rows)
+    targets = [3, 4, 5, launch_cost.YARDSTICK, launch_cost.FLOOR]
+    rows = launch_cost.paired_rows(targets, META, rounds=3, lens=(512,))
+    cell = {(r["part"], r["group"]): float(r["us"]) for r in rows if r["what"] == launch_cost.PAIRED}
+    errors = [r for r in rows if r["what"].startswith("error")]
+    assert [r["part"] for r in errors] == [4] and "no kernel" in errors[0]["what"]
+    assert {p for p, _ in cell} == {5, launch_cost.YARDSTICK, launch_cost.FLOOR}
+    assert set(entered) == {"cudnn"}  # the yardstick's calls run under its backend, the others' not
+    assert all(r["mode"] == "fwd+bwd" and r["N"] == 512 for r in rows)
     assert cell[(launch_cost.YARDSTICK, "over SDPA cuDNN (median)")] == 1.0
-    assert 1.5 < cell[(5, "over SDPA cuDNN (median)")] < 2.5
-    assert (
-        cell[(5, "over SDPA cuDNN (lowest)")]
-        <= cell[(5, "over SDPA cuDNN (median)")]
-        <= cell[(5, "over SDPA cuDNN (highest)")]
-    )
-    assert 0.3 < cell[(launch_cost.FLOOR, "over SDPA cuDNN (median)")] < 0.8
-    assert 3500 < cell[(5, "us (median of rounds)")] < 6000
+    for stat in ("median", "lowest", "highest"):
+        assert 1.6 < cell[(5, f"over SDPA cuDNN ({stat})")] < 2.5
+        assert 0.3 < cell[(launch_cost.FLOOR, f"over SDPA cuDNN ({stat})")] < 0.75
+    assert 6500 < cell[(5, "us (median of rounds)")] < 12000  # round 2's 2 ms x 4
 
 
 def test_profile_run_replaces_its_shapes_rows(tmp_path):
@@ -761,6 +799,19 @@ def test_profile_run_replaces_its_shapes_rows(tmp_path):
     assert kept == [
         (64, "ncu", "stall #1: barrier", 2),
         (128, "cupti", "time per call", 700),
+        (128, "ncu", "stall #1: barrier", 4),
+    ]
+
+    # a machine whose ncu cannot read the counters: its row replaces nothing, and is written only
+    # for a shape with no counters yet
+    blind = [dict(row_of(D, "ncu", "unavailable", ""), note="ERR_NVGPUCTRPERM") for D in (128, 96)]
+    blind += [row_of(128, "cupti", "time per call", 710)]
+    write_csv(path, blind, profile.FIELDS, key=profile.KEY, replaces=profile.replaces)
+    kept = sorted((r["D"], r["method"], r["metric"], r["value"]) for r in read_csv(path))
+    assert kept == [
+        (64, "ncu", "stall #1: barrier", 2),
+        (96, "ncu", "unavailable", None),
+        (128, "cupti", "time per call", 710),
         (128, "ncu", "stall #1: barrier", 4),
     ]
 

@@ -1,7 +1,7 @@
 """What one call costs on the host, against what its kernels cost on the GPU.
 
     python -m part5_profiling.tools.launch_cost     # GPU: results/<gpu>/part5_launch_cost.csv
-    python -m part5_profiling.tools.launch_cost --part 5 --paired-only   # the host target's measure alone
+    python -m part5_profiling.tools.launch_cost --part 5 --paired-only   # the paired measure alone
 
 Below N = 2048 the benchmark's do_bench times (Python, the launch and the GPU together) fall far
 under its CUDA-graph times (the GPU alone): the GPU finishes before Python has issued the next
@@ -31,19 +31,21 @@ runs it) and the rest (autograd's engine and the hand-off between threads), each
 mean over SPLIT_CALLS calls (a heavy tail of slow calls shows as a mean well above the median). SDPA's
 backward is C++, so its body and the rest are one: "backward through autograd". No profiler runs.
 
-Then "host, paired": the targets' forward + backward through autograd (autograd's device thread, as
-training runs it) timed in turn, PAIRED_ROUNDS rounds of PAIRED_CALLS calls each at N = 512 to 2048,
-every target once per round (few enough calls that the GPU's queue of launches never fills and holds
-the host back, where the GPU's work is the longer): each target's median over the rounds, and its time over SDPA cuDNN's of the
-same round (the median, lowest and highest of the rounds). The host's pace drifts by up to 2x
-between runs and within one on a shared machine, and the targets' own rows above are minutes apart:
-only a ratio taken within a round compares like with like. This is what the host target is judged on.
+Then "host, paired" (results/<gpu>/part5_launch_paired.csv), when SDPA cuDNN is among the targets:
+every target's forward + backward through autograd (autograd's device thread, as training runs it)
+timed in turn, PAIRED_ROUNDS rounds of PAIRED_CALLS calls at N = 512 to 2048, the order of the
+targets turning from round to round. Few calls per round, so the GPU's queue of launches never
+fills and holds the host back. Per target: the median over the rounds, and its time over SDPA
+cuDNN's of the same round (median, lowest, highest). The host's pace drifts by up to 2x between
+runs and within one on a shared machine, and the rows above are minutes apart from target to
+target: a ratio taken within one round compares like with like, so a host-time comparison with
+SDPA is judged on this one.
 
 Then where the host time goes, for fwd, bwd and "fwd+bwd, one thread" (cProfile sees only the
-calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS calls at the shortest N,
-each function's own time added into a few groups by the file it lives in (input checks, the
-autotuner, Triton's launcher, torch.library and autograd, the part's own Python, PyTorch's tensor
-operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
+calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS
+calls at the shortest N, each function's own time added into a few groups by the file it lives in
+(input checks, the autotuner, Triton's launcher, torch.library and autograd, the part's own Python,
+PyTorch's tensor operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
 groups are shares, not absolute times; host_us is the absolute.
 """
 
@@ -192,6 +194,7 @@ FLOOR = "floor"
 
 
 PAIRED = "host, paired"
+PAIRED_CSV = "part5_launch_paired.csv"  # its own file: a run without SDPA cuDNN leaves it as it is
 PAIRED_ROUNDS = 15
 PAIRED_CALLS = 40
 PAIRED_LENS = (512, 1024, 2048)
@@ -201,51 +204,47 @@ YARDSTICK = "sdpa_cudnn"
 def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
     """Rows of what PAIRED for each target in `targets` (part numbers, "sdpa_flash", YARDSTICK, FLOOR)
     that has a forward + backward through autograd, at each N in lens: host_us of every target in
-    turn, `rounds` times; "us" the median of its rounds, "over SDPA cuDNN" its round's time over
-    YARDSTICK's, as median, lowest and highest over the rounds (YARDSTICK among the targets)."""
+    turn (the order turning each round), `rounds` times; "us" the median of its rounds, "over SDPA
+    cuDNN" its time over YARDSTICK's of the same round, as median, lowest and highest over the
+    rounds. A target whose call fails gets an error row and is left out of the rounds."""
     import statistics
 
     rows = []
     for n in lens:
         fns = {}
         for target in targets:
+            base = dict(part=target, mode="fwd+bwd", N=n, D=D, group="", us="", **meta)
             try:
                 fn = calls(target, n).get("fwd+bwd")
-            except Exception as e:  # the part's first forward failed: its own rows say why
-                print(f"part {target} N={n:>5}  {PAIRED}: skipped ({results.why(e)})", flush=True)
-                continue
-            if fn is None:  # a PyTorch backward: no fwd+bwd mode
-                continue
-            pinned = isinstance(target, str) and target.startswith("sdpa_")
-            context = functools.partial(impls.sdpa_context, target.removeprefix("sdpa_")) if pinned else nullcontext
-            fns[target] = (fn, context)
-            with context():
-                fn()  # compile, autotune, warm
-        times = {target: [] for target in fns}
-        for _ in range(rounds):
-            for target, (fn, context) in fns.items():
+                if fn is None:  # a PyTorch backward: no fwd+bwd mode
+                    continue
+                pinned = isinstance(target, str) and target.startswith("sdpa_")
+                context = functools.partial(impls.sdpa_context, target.removeprefix("sdpa_")) if pinned else nullcontext
+                with context():
+                    fn()  # compile, autotune, warm
+                fns[target] = (fn, context)
+            except Exception as e:  # this target's first call failed: say why, time the others
+                rows.append(dict(base, what=f"error: {PAIRED}: {results.why(e)}"))
+                print(f"part {target} N={n:>5}  {PAIRED}: error: {results.why(e)}", flush=True)
+        order = list(fns)
+        if not order:
+            continue
+        times = {target: [] for target in order}
+        for r in range(rounds):
+            for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
+                fn, context = fns[target]
                 with context():
                     times[target].append(host_us(fn, rounds=1, calls=PAIRED_CALLS))
         for target, us in times.items():
             base = dict(part=target, mode="fwd+bwd", N=n, D=D, what=PAIRED, **meta)
             rows.append(dict(base, group="us (median of rounds)", us=f"{statistics.median(us):.1f}"))
+            line = f"part {target} fwd+bwd N={n:>5}  {PAIRED}: {statistics.median(us):8.1f} us"
             if YARDSTICK in times:
                 ratios = [a / b for a, b in zip(us, times[YARDSTICK])]
-                for name, value in (
-                    ("median", statistics.median(ratios)),
-                    ("lowest", min(ratios)),
-                    ("highest", max(ratios)),
-                ):
-                    rows.append(dict(base, group=f"over SDPA cuDNN ({name})", us=f"{value:.2f}"))
-            print(
-                f"part {target} fwd+bwd N={n:>5}  {PAIRED}: {statistics.median(us):8.1f} us"
-                + (
-                    f"  {statistics.median(ratios):.2f}x cuDNN ({min(ratios):.2f}-{max(ratios):.2f})"
-                    if YARDSTICK in times
-                    else ""
-                ),
-                flush=True,
-            )
+                stats = (("median", statistics.median(ratios)), ("lowest", min(ratios)), ("highest", max(ratios)))
+                rows += [dict(base, group=f"over SDPA cuDNN ({name})", us=f"{value:.2f}") for name, value in stats]
+                line += f"  {stats[0][1]:.2f}x cuDNN ({stats[1][1]:.2f}-{stats[2][1]:.2f})"
+            print(line, flush=True)
         torch.cuda.empty_cache()
     return rows
 
@@ -404,23 +403,6 @@ def run(part_numbers, save=None):
             torch.cuda.empty_cache()
             if save is not None:  # after every shape too: a run cut short keeps what it measured
                 save(rows)
-    if YARDSTICK in part_numbers:
-        try:
-            rows += paired_rows(part_numbers, meta)
-        except Exception as e:  # say why, keep the rest
-            rows.append(
-                dict(
-                    part=YARDSTICK,
-                    mode="",
-                    N="",
-                    D=D,
-                    group="",
-                    what=f"error: {PAIRED}: {results.why(e)}",
-                    us="",
-                    **meta,
-                )
-            )
-            print(f"{PAIRED}: error: {results.why(e)}", flush=True)
     return rows
 
 
@@ -437,7 +419,7 @@ def main(argv=None):
     ap.add_argument(
         "--paired-only",
         action="store_true",
-        help="only the paired measure (the host target's), replacing only the paired rows of what it measures",
+        help="only the paired measure (part5_launch_paired.csv)",
     )
     args = ap.parse_args(argv)
     try:
@@ -454,11 +436,14 @@ def main(argv=None):
     if not study.on_gpu("Launch cost is measured against a GPU's kernels"):
         return 0
     failed = lambda r: r["what"].startswith("error")  # noqa: E731
+    paired = lambda save: paired_rows(numbers, results.provenance())  # noqa: E731
     if args.paired_only:
-        measure = lambda save: paired_rows(numbers, results.provenance())  # noqa: E731
-        return results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=("part", "what"))
+        return results.write_as_measured(PAIRED_CSV, FIELDS, paired, failed=failed, key=KEY)
     measure = lambda save: run(numbers, save)  # noqa: E731
-    return results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=KEY)
+    status = results.write_as_measured("part5_launch_cost.csv", FIELDS, measure, failed=failed, key=KEY)
+    if YARDSTICK in numbers:
+        status = max(status, results.write_as_measured(PAIRED_CSV, FIELDS, paired, failed=failed, key=KEY))
+    return status
 
 
 if __name__ == "__main__":

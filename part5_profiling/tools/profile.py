@@ -17,7 +17,8 @@ Every row says which method produced it:
   achieved and theoretical occupancy, registers, shared memory, and the top warp stall reasons.
   Where ncu is missing or cannot read the counters (some virtual machines), the run says so in a
   row of method "ncu" and metric "unavailable", and the other methods still run.
-Rows go to results/<gpu>/part5_profile.csv, merged by (target, kernel, D, causal, pass, method, metric).
+Rows go to results/<gpu>/part5_profile.csv, merged by (target, D, causal, pass, method): a run replaces
+what it measured, but a machine whose ncu cannot read the counters leaves the counters already there.
 """
 
 import argparse
@@ -42,8 +43,14 @@ HEAD_DIMS = (64, 128)
 REPEATS = 20
 FIELDS = ["target", "kernel", "D", "causal", "pass", "method", "metric", "value", "unit", "note", *results.PROVENANCE]
 # A run replaces every row of each target, shape, pass and method it measures (a stall reason that is
-# no longer among the top, a kernel since renamed, go with it) and keeps the others'.
+# no longer among the top, a kernel since renamed, go with it) and keeps the others'; a row saying ncu
+# could not read the counters here (or failed) replaces nothing: the counters measured before stay.
 KEY = ("target", "D", "causal", "pass", "method")
+
+
+def replaces(row):
+    return not (row["method"] == "ncu" and row["metric"] in ("unavailable", "error"))
+
 
 # Counters asked of ncu (those this ncu knows; the rest are reported missing). Names: Nsight
 # Compute's metric reference; .sum / .avg / .pct... are roll-ups of the base name before the dot.
@@ -465,6 +472,7 @@ def main(argv=None):
         lambda save: profile(targets, use_ncu=not args.no_ncu, save=save),
         failed=lambda r: False,
         key=KEY,
+        replaces=replaces,
     )
 
 

@@ -146,7 +146,8 @@ def table_launch_cost(gpu_dir):
             "",
             markdown_table(["part", "mode", "group", "us per call"], group_body, "lllr"),
         ]
-    paired = [r for r in rows if r["what"] == "host, paired"]
+    paired_csv = gpu_dir / "part5_launch_paired.csv"
+    paired = [r for r in read_csv(paired_csv) if r["what"] == "host, paired"] if paired_csv.exists() else []
     if paired:
         cells = {(r["part"], r["N"], r["group"]): r["us"] for r in paired}
         lens = list(dict.fromkeys(r["N"] for r in paired))
@@ -156,14 +157,18 @@ def table_launch_cost(gpu_dir):
             if us is None:
                 return "—"
             low, high = cells.get((p, n, "over SDPA cuDNN (lowest)")), cells.get((p, n, "over SDPA cuDNN (highest)"))
-            return f"{float(us):.0f}" + (f" ({ratio}x, {low}-{high})" if ratio else "")
+            return f"{us:.0f}" + (f" ({ratio:.2f}x, {low:.2f}-{high:.2f})" if ratio is not None else "")
 
         out += [
             "",
-            "The host target's measure: a forward + backward through autograd (its device thread, as training "
-            "runs it) of every target in turn, round after round, N = 512 to 2048. Host us per call, the median "
-            "of the rounds (in brackets its time over SDPA cuDNN's in the same round: the median, and the lowest "
-            "and highest round):",
+            "The host's time against SDPA cuDNN's, paired: a forward + backward through autograd (its device "
+            "thread, as training runs it) of every target in turn, round after round, at "
+            f"N = {', '.join(map(str, lens))}. Host us per call, the median of the rounds (in brackets its time "
+            "over SDPA cuDNN's in the same round: the median, and the lowest and highest round):",
+            "",
+            provenance_line(
+                paired, "python -m part5_profiling.tools.launch_cost --part 5 --paired-only && make report"
+            ),
             "",
             markdown_table(
                 ["part", *(f"N = {n}" for n in lens)],
