@@ -54,6 +54,7 @@ import cProfile
 import functools
 import pstats
 import re
+import statistics
 import sys
 import time
 from contextlib import nullcontext
@@ -131,8 +132,6 @@ def host_split(attention, q, k, v, do, function=None, multithreading=True, calls
     backward runs) is given, else "forward" and "backward through autograd"; and "total". The
     backward's body is timed by wrapping function.backward for the duration, where autograd looks it
     up on every call."""
-    import statistics
-
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     body = []
     if function is not None:
@@ -207,8 +206,6 @@ def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
     turn (the order turning each round), `rounds` times; "us" the median of its rounds, "over SDPA
     cuDNN" its time over YARDSTICK's of the same round, as median, lowest and highest over the
     rounds. A target whose call fails gets an error row and is left out of the rounds."""
-    import statistics
-
     rows = []
     for n in lens:
         fns = {}
