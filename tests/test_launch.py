@@ -93,3 +93,41 @@ def test_fast_launch_keeps_the_chosen_config(part5):
     part5.flash_forward(*q128, False)
     part5.flash_forward(*q64, False)  # a known class: the fast path
     assert part5._attn_fwd.best_config is config64
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_lean_launch_gives_the_same_bits(part5, causal):
+    # LEAN: the launcher's C function called directly, the descriptor scratch from fast_launch.scratch.
+    # Where it cannot be taken (another Triton than 3.6) both settings take the same path.
+    inputs = make_inputs(Shape((2, 3), 400, 450, 128), torch.bfloat16, DEVICE, seed=5)
+    got = {}
+    was = part5.fast_launch.LEAN
+    try:
+        for lean in (False, True):
+            part5.fast_launch.LEAN = lean
+            _forget(part5)
+            _run(part5, *inputs, causal)  # learns the class with this setting
+            got[lean] = _run(part5, *inputs, causal)
+    finally:
+        part5.fast_launch.LEAN = was
+        _forget(part5)
+    for name, off, on in zip(["O", "L", "dQ", "dK", "dV"], got[False], got[True]):
+        assert_same(name, off, on, "the lean launch and the compiled launcher's", dq_reordered(part5) and name == "dQ")
+
+
+def test_scratch_is_one_buffer_per_stream(part5):
+    scratch = part5.fast_launch.scratch
+    here = torch.cuda.current_stream()
+    first = scratch(1000, 128, here.cuda_stream, here.device.index)
+    assert first.numel() >= 1000 and first.data_ptr() % 128 == 0
+    assert scratch(500, 128, here.cuda_stream, here.device.index) is first  # fits: the same buffer
+    grown = scratch(10**6, 128, here.cuda_stream, here.device.index)
+    assert grown.numel() >= 10**6 and scratch(1000, 128, here.cuda_stream, here.device.index) is grown
+    other = torch.cuda.Stream()
+    with torch.cuda.stream(other):
+        theirs = scratch(1000, 128, other.cuda_stream, other.device.index)
+    assert theirs.data_ptr() != grown.data_ptr()  # another stream's launches may run beside this one's
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # captured: a buffer of the graph's own, not a stream's
+        captured = [scratch(1000, 128, torch.cuda.current_stream().cuda_stream, here.device.index) for _ in range(2)]
+    assert captured[0].data_ptr() != captured[1].data_ptr()

@@ -1,0 +1,236 @@
+"""Where a short forward + backward's host time goes: part 5 beside Functions that do a growing
+share of its work, and the single operations its calls are made of.
+
+    python -m part5_profiling.tools.host_parts      # GPU: results/<gpu>/part5_host_parts.csv
+
+Launch cost (launch_cost.py) finds part 5's forward + backward through autograd taking the host
+2-4x SDPA cuDNN's at N = 512-2048, and its "floor" (a Python Function that launches nothing) most
+of cuDNN's time already. This study says which ingredient costs what, at D = 128, non-causal, bf16,
+B=4, H=8:
+
+1. The ladder ("ladder" rows). A forward + backward through autograd (torch.autograd.grad, as
+   training runs it) of each target, timed in turn round after round (the host's pace drifts: a
+   round compares like with like), on autograd's device thread and on the calling thread
+   (torch.autograd.set_multithreading_enabled(False)), at N = 512, 1024 and 2048:
+   - floor: launch_cost's Floor (allocates O, returns dO as each gradient);
+   - tensors: a Function with part 5's tensors and nothing else: O and L allocated and Q, K, V, O, L
+     saved in the forward; the backward's five allocations (its statistics, the float32 dQ, dK,
+     dV, dQ) and the three gradients returned;
+   - tensors + torch launches: the same with part 5's four launches made by PyTorch (a zero_ of L
+     in the forward, three of the statistics in the backward): a launch path in C++;
+   - tensors + Triton launches: the same four launches as a one-program Triton kernel through
+     fast_launch.Launch (LEAN on): Triton's launcher, without part 5's Python around it;
+   - part 5, with fast_launch.LEAN off (the compiled kernel's Python launcher and Triton's allocator
+     for each launch's descriptor scratch) and on (its C function, one scratch buffer per stream);
+   - SDPA cuDNN, the yardstick.
+   Each: the median over the rounds of the host us per call (CALLS calls back to back, the GPU not
+   waited for) and its ratio to SDPA cuDNN's of the same round.
+2. The pieces ("piece" rows): one operation issued back to back on the calling thread, N = 512: an
+   allocation, a descriptor scratch from Triton's allocator and from the cache, the input check, a
+   launch of the one-program kernel and a PyTorch zero_, part 5's flash_forward and flash_backward
+   with LEAN off and on. Host us per call, the median of ROUNDS rounds.
+"""
+
+import statistics
+import sys
+from contextlib import nullcontext
+
+import torch
+import triton
+import triton.language as tl
+
+from common import parts, results, study
+from common.impls import sdpa_context
+from common.inputs import Shape, make_inputs
+from common.runtime import DEVICE, _descriptor_scratch
+from common.validate import check_inputs
+from part5_profiling import fast_launch
+from part5_profiling.tools.launch_cost import Floor, host_us, sdpa_calls
+
+B, H, D = 4, 8, 128
+LENS = (512, 1024, 2048)
+ROUNDS = 15
+CALLS = 40
+FIELDS = ["section", "target", "threads", "N", "what", "us", *results.PROVENANCE]
+DEVICE_THREAD, ONE_THREAD = "autograd's device thread", "one thread"
+
+
+@triton.jit
+def _touch(X):
+    """One program writes one float: a launch with (next to) nothing to run."""
+    tl.store(X + tl.program_id(0), 0.0)
+
+
+_touch_launch = fast_launch.Launch(_touch)
+
+
+def touch(x):
+    """_touch on x (float32) through part 5's Launch: Triton's launcher, none of part 5's Python."""
+    _touch_launch(("touch", x.device), lambda _: 1, x)
+
+
+def statistics_shapes(q):
+    """Part 5's backward's statistics (L * log2(e) and D_i, whole tiles of 128 rows) and float32 dQ."""
+    n_seqs, tiles = q.shape[0] * q.shape[1], -(-q.shape[2] // 128) * 128
+    return (2, n_seqs, tiles), (n_seqs, tiles, q.shape[-1])
+
+
+def with_tensors(launch=None):
+    """An autograd.Function with part 5's tensors and none of its work: what its allocations, saved
+    tensors and returned gradients cost the host; launch(t), given, is called where part 5 launches."""
+
+    class Tensors(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, is_causal=False):
+            o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+            if launch is not None:
+                launch(lse)
+            ctx.save_for_backward(q, k, v, o, lse)
+            return o
+
+        @staticmethod
+        def backward(ctx, do):
+            q, k, v, o, lse = ctx.saved_tensors
+            stats_shape, dq32_shape = statistics_shapes(q)
+            stats = torch.empty(stats_shape, dtype=torch.float32, device=q.device)
+            torch.empty(dq32_shape, dtype=torch.float32, device=q.device)
+            dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+            dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+            if launch is not None:
+                for _ in range(3):
+                    launch(stats)
+            dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            return dq, dk, dv, None
+
+    return Tensors
+
+
+Tensors = with_tensors()
+TorchLaunches = with_tensors(torch.Tensor.zero_)
+TritonLaunches = with_tensors(touch)
+
+
+def set_lean(module, on, also=()):
+    """fast_launch.LEAN on or off for part 5 (`module`) and the Launch objects in `also`: each
+    forgets its shape classes, so its next call of each goes through Triton's path once and keeps
+    the launch LEAN now says."""
+    fast_launch.LEAN = on
+    for launcher in [v for v in vars(module).values() if isinstance(v, fast_launch.Launch)] + list(also):
+        launcher.known.clear()
+
+
+def fwd_bwd(function, q, k, v, do):
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    return lambda: torch.autograd.grad(function(*leaves, False), leaves, do)
+
+
+def one_thread(fn):
+    def call():
+        with torch.autograd.set_multithreading_enabled(False):
+            return fn()
+
+    return call
+
+
+def ladder_rows(module, n, meta):
+    """The ladder at sequence length n: rows of the median us and the ratio to SDPA cuDNN's."""
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
+    plain = {
+        "floor": fwd_bwd(Floor.apply, q, k, v, do),
+        "tensors": fwd_bwd(Tensors.apply, q, k, v, do),
+        "tensors + torch launches": fwd_bwd(TorchLaunches.apply, q, k, v, do),
+        "tensors + Triton launches": fwd_bwd(TritonLaunches.apply, q, k, v, do),
+        "part 5, LEAN off": fwd_bwd(module.FlashAttention.apply, q, k, v, do),
+        "part 5, LEAN on": fwd_bwd(module.FlashAttention.apply, q, k, v, do),
+    }
+    cudnn = sdpa_calls("cudnn", n)["fwd+bwd"]
+
+    lean = {"part 5, LEAN off": False, "part 5, LEAN on": True}
+    targets = {}
+    for name, fn in plain.items():
+        for threads, wrap in ((DEVICE_THREAD, lambda f: f), (ONE_THREAD, one_thread)):
+            targets[name, threads] = (wrap(fn), lean.get(name))
+    for threads, wrap in ((DEVICE_THREAD, lambda f: f), (ONE_THREAD, one_thread)):
+        targets["SDPA cuDNN", threads] = (wrap(cudnn), None)
+    times = {t: [] for t in targets}
+    order = list(targets)
+    for r in range(ROUNDS + 1):  # round 0 warms every target up (and lets LEAN's launchers learn)
+        for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
+            fn, on = targets[target]
+            if on is not None and fast_launch.LEAN != on:
+                set_lean(module, on)
+                fn()  # the first call of each class after a switch goes through Triton's path
+            with sdpa_context("cudnn") if target[0] == "SDPA cuDNN" else nullcontext():
+                us = host_us(fn, rounds=1, calls=CALLS)
+            if r:
+                times[target].append(us)
+    set_lean(module, True)
+    rows = []
+    for (name, threads), us in times.items():
+        base = dict(section="ladder", target=name, threads=threads, N=n, **meta)
+        yard = times["SDPA cuDNN", threads]
+        ratio = statistics.median(a / b for a, b in zip(us, yard))
+        rows.append(dict(base, what="us (median of rounds)", us=f"{statistics.median(us):.1f}"))
+        rows.append(dict(base, what="over SDPA cuDNN (median of rounds)", us=f"{ratio:.2f}"))
+        print(f"N={n:>5} {threads:<25} {name:<28} {statistics.median(us):8.1f} us  {ratio:5.2f}x cuDNN", flush=True)
+    return rows
+
+
+def piece_rows(module, meta, n=512):
+    """Single operations, issued back to back on the calling thread: host us per call."""
+    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
+    stream = torch.cuda.current_stream().cuda_stream
+    small = torch.empty(64, dtype=torch.float32, device=DEVICE)
+    o, lse = module.flash_forward(q, k, v, False)
+    scratch_bytes = 132 * 3 * 128  # the forward's persistent grid: 3 descriptors of 128 bytes a program
+    forward = lambda: module.flash_forward(q, k, v, False)  # noqa: E731
+    backward = lambda: module.flash_backward(q, k, v, o, lse, do, False)  # noqa: E731
+    pieces = [  # (name, the call, LEAN for it or None)
+        ("torch.empty, O's shape", lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device), None),
+        ("descriptor scratch, Triton's allocator", lambda: _descriptor_scratch(scratch_bytes, 128, stream), None),
+        ("descriptor scratch, fast_launch.scratch", lambda: fast_launch.scratch(scratch_bytes, 128, stream, 0), None),
+        ("check_inputs", lambda: check_inputs(q, k, v, False, triton=True), None),
+        ("a PyTorch launch (zero_ of 64 floats)", small.zero_, None),
+        ("a Triton launch (one program), LEAN off", lambda: touch(small), False),
+        ("a Triton launch (one program), LEAN on", lambda: touch(small), True),
+        ("flash_forward, LEAN off", forward, False),
+        ("flash_forward, LEAN on", forward, True),
+        ("flash_backward, LEAN off", backward, False),
+        ("flash_backward, LEAN on", backward, True),
+    ]
+    rows = []
+    for name, fn, on in pieces:
+        if on is not None:
+            set_lean(module, on, also=[_touch_launch])
+        with torch.no_grad():
+            fn()  # after a switch of LEAN, the first call learns the class again
+            us = host_us(fn, rounds=5, calls=200)
+        row = dict(section="piece", target=name, threads="calling", N=n, what="us per call", us=f"{us:.2f}")
+        rows.append(dict(row, **meta))
+        print(f"piece  {name:<45} {us:8.2f} us", flush=True)
+    set_lean(module, True)
+    return rows
+
+
+def run(save=None):
+    module = parts.load(5)
+    meta = results.provenance()
+    rows = piece_rows(module, meta)
+    for n in LENS:
+        rows += ladder_rows(module, n, meta)
+        torch.cuda.empty_cache()
+        if save is not None:
+            save(rows)
+    return rows
+
+
+def main(argv=None):
+    study.arguments(__doc__, argv)
+    if not study.on_gpu("The host's pieces are measured beside a GPU's launches"):
+        return 0
+    return results.write_as_measured("part5_host_parts.csv", FIELDS, run, failed=lambda r: False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
