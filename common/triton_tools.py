@@ -14,10 +14,8 @@ interpreter, which compiles nothing; importing this module is safe everywhere.
 from common import runtime  # noqa: F401, I001
 import os
 from concurrent.futures import ThreadPoolExecutor
-from types import BuiltinFunctionType
 
 import torch
-import triton
 from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
@@ -41,7 +39,6 @@ __all__ = [
     "resources",
     "launch_hooked",
     "direct_launcher",
-    "c_launch",
     "compile_together",
 ]
 
@@ -166,68 +163,20 @@ def launch_hooked():
     return bool(knobs.runtime.launch_enter_hook.calls)
 
 
-def direct_launcher(compiled, tail, scratch=None):
+def direct_launcher(compiled, tail):
     """launch(n_programs, device_index, *args): `compiled` (the CompiledKernel Triton's launch path
     returned for a call) launched again on a one-axis grid of n_programs with run-time arguments
     args, then `tail` (the values of every parameter after them, constexprs included, in order),
     on the device's current stream, and nothing else: no binding, no cache key, no hooks.
     3.6 to 3.9: CompiledKernel.run is the binary's launcher (a property that loads the binary on its
     first use, which Triton's path has done), called as run(grid_x, grid_y, grid_z, stream,
-    function, packed_metadata, launch_metadata, enter_hook, exit_hook, *every argument).
-
-    scratch(n_bytes, alignment, stream, device_index) -> a buffer, given: the global scratch a
-    kernel with in-kernel tensor descriptors needs comes from it instead of Triton's allocator, and
-    on Triton 3.6 the launcher's C function is called directly (c_launch), skipping its Python
-    wrapper; elsewhere, or for a kernel c_launch cannot take, run(...) as above."""
+    function, packed_metadata, launch_metadata, enter_hook, exit_hook, *every argument)."""
     run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
     stream = driver.active.get_current_stream
-    direct = c_launch(run) if scratch is not None else None
-    if direct is None:
-
-        def launch(n_programs, device_index, *args):
-            run(n_programs, 1, 1, stream(device_index), function, packed, None, None, None, *args, *tail)
-
-        return launch
-    size, align = run.global_scratch_size * run.num_ctas, run.global_scratch_align
-    cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
-    if size == 0:
-
-        def launch(n_programs, device_index, *args):
-            direct(
-                n_programs, 1, 1, stream(device_index), function, cooperative, pdl, None, None, packed,
-                None, None, None, *args, *tail,
-            )  # fmt: skip
-
-        return launch
 
     def launch(n_programs, device_index, *args):
-        s = stream(device_index)
-        buffer = scratch(n_programs * size, align, s, device_index)
-        direct(
-            n_programs, 1, 1, s, function, cooperative, pdl, buffer, None, packed, None, None, None, *args, *tail
-        )  # fmt: skip
+        run(n_programs, 1, 1, stream(device_index), function, packed, None, None, None, *args, *tail)
 
-    return launch
-
-
-def c_launch(run):
-    """The C function behind a CompiledKernel's launcher `run`, or None where it is not safe to call
-    directly. Triton 3.6 only: CudaLauncher.__call__(grid_x, grid_y, grid_z, stream, function, *args)
-    allocates the global and profile scratch through the allocators (set_allocator's, and the
-    profiler's), then calls its `launch` attribute, the compiled C module's launch(grid_x, grid_y,
-    grid_z, stream, function, launch_cooperative_grid, launch_pdl, global_scratch, profile_scratch,
-    kernel_metadata, launch_metadata, enter_hook, exit_hook, *args). None for another version (3.9
-    passes its arguments in another order), a kernel that needs profile scratch (a profiler's
-    instrumentation), one launched with programmatic dependent launch (it may start before the
-    kernel ahead of it on the stream ends, so it cannot share that kernel's scratch), or one whose
-    launch wraps host-side tensor descriptors in Python."""
-    if not triton.__version__.startswith("3.6."):
-        return None
-    launch = getattr(run, "launch", None)
-    if not isinstance(launch, BuiltinFunctionType):
-        return None
-    if getattr(run, "profile_scratch_size", 1) != 0 or getattr(run, "launch_pdl", True):
-        return None
     return launch
 
 

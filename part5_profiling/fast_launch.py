@@ -9,39 +9,12 @@ through Triton (compile, autotune) and Launch keeps what it launched; later call
 their arguments straight to the compiled binary. flash_attention.py opts in by launching its kernels
 through Launch objects. The Triton internals this touches are in common/triton_tools.py.
 
-With LEAN (Triton 3.6), a known class goes further: the launcher's C function is called directly
-(triton_tools.c_launch), and a kernel that builds tensor descriptors in the kernel gets its global
-scratch (128 bytes a descriptor a program, written at the kernel's start) from scratch() below, one
-buffer kept per device and stream, instead of a new allocation through Triton's allocator on
-every launch. Kernels on one stream run one after another, so one buffer serves every launch on it;
-while a CUDA graph is being captured each launch gets its own, as Triton's path gives it.
-
 CUDA graphs and torch.compile hide the same cost through public API (the benchmark's graph-replay
 column, and the flash_attention op under torch.compile); this is what an eager call can save.
 """
 
-import torch
-
 from common import triton_tools
 from common.runtime import INTERPRET
-
-# False: a known class launches through the compiled kernel's Python launcher (tools/host_parts.py times both).
-LEAN = True
-
-_scratch = {}  # (device index, stream) -> the int8 buffer launches on that stream write their descriptors to
-
-
-def scratch(n_bytes, alignment, stream, device_index):
-    """A buffer of at least n_bytes for a launch on `stream` of device device_index: the stream's
-    own, grown when a launch needs more (torch's allocations are 512-byte aligned, above the 128
-    bytes a descriptor needs); a new one while the stream is being captured into a CUDA graph."""
-    if torch.cuda.is_current_stream_capturing():
-        return torch.empty(n_bytes, dtype=torch.int8, device=device_index)
-    key = (device_index, stream)
-    buffer = _scratch.get(key)
-    if buffer is None or buffer.numel() < n_bytes:
-        buffer = _scratch[key] = torch.empty(n_bytes, dtype=torch.int8, device=device_index)
-    return buffer
 
 
 class Launch:
@@ -71,8 +44,7 @@ class Launch:
                 blocks = config.kwargs if config is not None else {}
                 every = {**constexprs, **blocks}
                 tail = tuple(every[name] for name in self.names[len(args) :])
-                launcher = triton_tools.direct_launcher(compiled, tail, scratch if LEAN else None)
-                self.known[key] = (launcher, config, blocks)
+                self.known[key] = (triton_tools.direct_launcher(compiled, tail), config, blocks)
             return
         launch, config, blocks = known
         if config is not None:

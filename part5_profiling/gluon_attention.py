@@ -53,8 +53,8 @@ SEQUENCE_MAJOR_FROM = 4096
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
 # per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
 CONFIGS = {
-    128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
-    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
+    128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
+    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=False),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
 }
 
 
@@ -117,7 +117,7 @@ if HAVE_GLUON:
         """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
         last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
-        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
         # 3-D descriptors (sequence, row, column): a tile never reads past its own sequence's last
@@ -171,6 +171,25 @@ if HAVE_GLUON:
         return p, m_new, l_i, alpha
 
     @gluon.jit
+    def _my_turn(turn, k, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        """With PINGPONG, wait until warpgroup WG may issue its k-th set of products: the warpgroups
+        issue theirs in turn, 0, 1, ..., 0, 1, ..., so that one multiplies while another computes
+        its softmax. turn[w] is arrived on by warpgroup w - 1 after each of its issues; warpgroup 0
+        goes first (a fresh barrier passes a wait on parity 1)."""
+        if PINGPONG:
+            if WG == 0:
+                mbarrier.wait(turn.index(0), (k & 1) ^ 1)
+            else:
+                mbarrier.wait(turn.index(WG), k & 1)
+
+    @gluon.jit
+    def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+        """With PINGPONG: this warpgroup's products are issued, the next warpgroup's turn."""
+        if PINGPONG:
+            WARPGROUPS: gl.constexpr = turn.type.shape[0]
+            mbarrier.arrive(turn.index((WG + 1) % WARPGROUPS), count=1)
+
+    @gluon.jit
     def _softmax_step(
         j,
         it,
@@ -186,21 +205,31 @@ if HAVE_GLUON:
         k_free,
         v_ready,
         v_free,
+        turn,
+        turns,
         rows,
         N_KEYS,
         qk_scale,
+        WG: gl.constexpr,
         STAGES: gl.constexpr,
         MASKED: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr,
     ):
         """Key tile j >= 1, ring position it (s0: zeros shaped and laid out as S): S_j = Q K_j^T and
-        O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs."""
+        O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs; turns: the
+        warpgroup's sets of products issued so far (PINGPONG)."""
         slot = it % STAGES
         prev = (it - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+        if PINGPONG:  # both operands ready before the turn is taken: the turn is not held waiting
+            mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        _my_turn(turn, turns, WG, PINGPONG)
         s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        if not PINGPONG:
+            mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_prev, v_ring.index(prev), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
         s, acc = warpgroup_mma_wait(1, deps=[s, acc])  # S_j is done (issued first); P V may still run
         mbarrier.arrive(k_free.index(slot), count=1)
         p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, j, rows, N_KEYS, qk_scale, MASKED, IS_CAUSAL)
@@ -222,10 +251,11 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr,
     ):
         """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
-        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free = buffers
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
         s_layout: gl.constexpr = _acc_layout(BLOCK_N)
@@ -235,6 +265,7 @@ if HAVE_GLUON:
         q = q_smem.index(WG)
         it = 0
         done = 0
+        turns = 0  # sets of products issued (PINGPONG's turns taken)
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(
                 r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
@@ -249,7 +280,10 @@ if HAVE_GLUON:
                 mbarrier.wait(q_ready, done & 1)
                 slot = it % STAGES
                 mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+                _my_turn(turn, turns, WG, PINGPONG)
                 s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
+                _pass_turn(turn, WG, PINGPONG)
+                turns += 1
                 s = warpgroup_mma_wait(0, deps=[s])
                 mbarrier.arrive(k_free.index(slot), count=1)
                 if n_unmasked > 0:
@@ -274,12 +308,16 @@ if HAVE_GLUON:
                         k_free,
                         v_ready,
                         v_free,
+                        turn,
+                        turns + j - 1,
                         rows,
                         N_KEYS,
                         qk_scale,
+                        WG,
                         STAGES,
                         False,
                         IS_CAUSAL,
+                        PINGPONG,
                     )
                 for j in range(gl.maximum(n_unmasked, 1), n_tiles):  # the diagonal and the ragged last tile
                     acc, p_prev, m_i, l_i = _softmax_step(
@@ -297,19 +335,27 @@ if HAVE_GLUON:
                         k_free,
                         v_ready,
                         v_free,
+                        turn,
+                        turns + j - 1,
                         rows,
                         N_KEYS,
                         qk_scale,
+                        WG,
                         STAGES,
                         True,
                         IS_CAUSAL,
+                        PINGPONG,
                     )
                 mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the loader may bring the next Q
 
                 it += n_tiles
+                turns += n_tiles - 1
                 last = (it - 1) % STAGES  # the last key tile's P V
                 mbarrier.wait(v_ready.index(last), ((it - 1) // STAGES) & 1)
+                _my_turn(turn, turns, WG, PINGPONG)
                 acc = warpgroup_mma(p_prev, v_ring.index(last), acc, is_async=True)
+                _pass_turn(turn, WG, PINGPONG)
+                turns += 1
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 mbarrier.arrive(v_free.index(last), count=1)
                 done += 1
@@ -346,6 +392,7 @@ if HAVE_GLUON:
         ROWS: gl.constexpr,
         WARPGROUPS: gl.constexpr,
         REGISTERS: gl.constexpr,
+        PINGPONG: gl.constexpr,
     ):
         n_programs = gl.num_programs(0)  # persistent: fewer programs than query tiles, each takes several
         n_tiles_m = gl.cdiv(N_QUERIES, WARPGROUPS * ROWS)
@@ -359,6 +406,9 @@ if HAVE_GLUON:
         k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        turn = gl.allocate_shared_memory(gl.int64, [WARPGROUPS, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(WARPGROUPS):
+            mbarrier.init(turn.index(i), count=1)  # the warpgroup before it has issued (PINGPONG)
         mbarrier.init(q_ready, count=1)  # the loader's expect, then the bytes landing
         mbarrier.init(q_free, count=WARPGROUPS)  # every warpgroup releases a buffer
         for i in gl.static_range(STAGES):
@@ -369,14 +419,14 @@ if HAVE_GLUON:
 
         qk_scale = scale * 1.4426950408889634  # scale * log2(e)
         sizes = (n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP)
-        buffers = (q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free)
+        buffers = (q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
         # gl.warp_specialize([(function, args), ...], worker warps, worker registers): the first
         # function runs on the kernel's own 4 warps (warpgroup 0), each other one on warps of its own.
         if WARPGROUPS == 2:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
                     (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 1],  # warps: warpgroup 1, the loader
@@ -385,9 +435,9 @@ if HAVE_GLUON:
         else:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
                     (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
                 ],
                 [4, 4, 1],  # warps: warpgroups 1 and 2, the loader

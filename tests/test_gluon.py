@@ -123,6 +123,32 @@ def test_gluon_causal_order_in_groups_changes_no_bit(part, d, n):
         assert torch.equal(o, o7) and torch.equal(lse, l7)
 
 
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", MANY_TILES, ids=str)
+def test_gluon_pingpong_changes_no_bit(part, shape, is_causal):
+    """The warpgroups taking turns at the tensor cores (PINGPONG) reorder only when each issues its
+    products: every warpgroup's arithmetic is its own, so O and L are the same bits as with the
+    warpgroups free, for each number of warpgroups the head dim fits, ragged and multi-round grids too."""
+    part5 = parts.load(part)
+    ga = part5.gluon_attention
+    q, k, v, _ = make_inputs(shape, torch.bfloat16, DEVICE, seed=shape.n_k)
+    q, k, v = (t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous() for t in (q, k, v))
+    d = q.shape[-1]
+    for warpgroups in (2, 3) if d == 64 else (2,):
+        outs = []
+        for pingpong in (False, True):
+            registers = 160 if warpgroups == 3 else 232
+            config = dict(ga.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=registers, PINGPONG=pingpong)
+            o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
+            ga.launch(q, k, v, o, lse, is_causal, config)
+            outs.append((o, lse))
+        (o0, l0), (o1, l1) = outs
+        assert not o0.isnan().any() and not l0.isnan().any(), f"{warpgroups} warpgroups"
+        assert torch.equal(o0, o1) and torch.equal(l0, l1), f"{warpgroups} warpgroups"
+
+
 def test_causal_order_groups():
     from part5_profiling import gluon_attention
 

@@ -737,19 +737,21 @@ def test_launch_cost_paired_rounds(monkeypatch):
     yardstick at exactly 1x; a part without a fwd+bwd mode gives no rows, one whose first call
     fails an error row, and the others are still timed."""
     import contextlib
-    import time
+    import types
 
     from part5_profiling.tools import launch_cost
 
     monkeypatch.setattr(launch_cost, "PAIRED_CALLS", 3)
     naps = {launch_cost.YARDSTICK: 0.001, 5: 0.002, launch_cost.FLOOR: 0.0005}
     made = {t: 0 for t in naps}
+    clock = [0.0]  # a clock the fake calls move (sleeping would time this machine's scheduler instead)
+    monkeypatch.setattr(launch_cost, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def fake(target, seconds):
         def call():
             made[target] += 1
             drift = (1 + (made[target] - 2) // launch_cost.PAIRED_CALLS) ** 2  # the first call warms up
-            time.sleep(seconds * max(drift, 1))
+            clock[0] += seconds * max(drift, 1)
 
         return call
 

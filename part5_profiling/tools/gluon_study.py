@@ -6,6 +6,7 @@ query tiles in turn) against one program per query tile. With --backward, the Gl
     python -m part5_profiling.tools.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
     python -m part5_profiling.tools.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
     python -m part5_profiling.tools.gluon_study --order      # results/<gpu>/part5_gluon_order.csv
+    python -m part5_profiling.tools.gluon_study --pingpong   # ping-pong rows of part5_gluon.csv
 
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
@@ -13,6 +14,12 @@ kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN b
 inputs. B=4, H=8, N = 4096-16384. Three warpgroups at D = 128 are left out: the registers of one
 warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
 share the register file.
+
+With --pingpong, the persistent kernel with its softmax warpgroups running free (each issues its
+products as soon as its operands are in shared memory) and taking turns (PINGPONG, FlashAttention-3's
+ping-pong: warpgroup w waits for warpgroup w - 1 to have issued its products before it issues its
+own, so that one multiplies while the others compute exponentials): two warpgroups at both head
+dims, and three at D = 64.
 
 With --order, part 5's forward configuration with the mask, its programs taking the longest query
 tiles first with GROUP sequences side by side (gluon_attention.group_size), for GROUP from one
@@ -92,9 +99,10 @@ def variants(d):
 ORDERS = {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in (1, 2, 4, 8, 16, B * H)}
 
 
-def gluon_forward(warpgroups=None, persistent=True, group=None):
+def gluon_forward(warpgroups=None, persistent=True, group=None, pingpong=None):
     """flash_forward(Q, K, V, causal) -> (O, L) through the Gluon kernel in this configuration
-    (warpgroups None: part 5's for the head dim; group None: part 5's causal order)."""
+    (warpgroups None: part 5's for the head dim; group None: part 5's causal order; pingpong None:
+    part 5's PINGPONG for the head dim)."""
     from part5_profiling import flash_attention, gluon_attention
 
     def forward(Q, K, V, causal):
@@ -103,8 +111,12 @@ def gluon_forward(warpgroups=None, persistent=True, group=None):
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         d = q.shape[-1]
         config = None
-        if warpgroups is not None:
-            config = dict(gluon_attention.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups])
+        if warpgroups is not None or pingpong is not None:
+            config = dict(gluon_attention.CONFIGS[d])
+            if warpgroups is not None:
+                config.update(WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups])
+            if pingpong is not None:
+                config.update(PINGPONG=pingpong)
         gluon_attention.launch(q, k, v, o, lse, causal, config, persistent, group)
         return o.view(Q.shape), lse.view(Q.shape[:-1])
 
@@ -118,6 +130,17 @@ def forward_calls(d):
 
     calls = {"part 4": forward_variants.forward()}
     calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
+    return calls
+
+
+def pingpong_calls(d):
+    """{name: forward} of --pingpong at head dim d: the persistent kernel with its warpgroups free
+    (each issues its products when its operands are ready) and taking turns (PINGPONG), for each
+    choice of warpgroups that fits the head dim."""
+    calls = {}
+    for warpgroups in (2, 3) if d == 64 else (2,):
+        for pingpong, how in ((False, ""), (True, ", ping-pong")):
+            calls[f"{warpgroups} warpgroups, persistent{how}"] = gluon_forward(warpgroups, True, None, pingpong)
     return calls
 
 
@@ -234,6 +257,7 @@ def main(argv=None):
     extra = [
         (("--backward",), dict(action="store_true", help="the Gluon backward: part5_gluon_bwd.csv")),
         (("--order",), dict(action="store_true", help="the forward's causal order: part5_gluon_order.csv")),
+        (("--pingpong",), dict(action="store_true", help="warpgroups free or taking turns: part5_gluon.csv")),
     ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, d=HEAD_DIMS, extra=extra)
     from part5_profiling import gluon_attention
@@ -249,7 +273,9 @@ def main(argv=None):
     if args.order:
         measure = lambda save: run(args.n, save, args.d, order_calls, masks=(True,))  # noqa: E731
         return results.write_as_measured("part5_gluon_order.csv", FIELDS, measure, key=KEY)
-    return results.write_as_measured("part5_gluon.csv", FIELDS, lambda save: run(args.n, save, args.d), key=KEY)
+    calls_of = pingpong_calls if args.pingpong else forward_calls
+    measure = lambda save: run(args.n, save, args.d, calls_of)  # noqa: E731
+    return results.write_as_measured("part5_gluon.csv", FIELDS, measure, key=KEY)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,21 @@ B=4, H=8:
    - tensors + torch launches: the same with part 5's four launches made by PyTorch (a zero_ of L
      in the forward, three of the statistics in the backward): a launch path in C++;
    - tensors + Triton launches: the same four launches as a one-program Triton kernel through
-     fast_launch.Launch (LEAN on): Triton's launcher, without part 5's Python around it;
-   - part 5, with fast_launch.LEAN off (the compiled kernel's Python launcher and Triton's allocator
-     for each launch's descriptor scratch) and on (its C function, one scratch buffer per stream);
+     fast_launch.Launch: Triton's launcher, without part 5's Python around it;
+   - part 5;
    - SDPA cuDNN, the yardstick.
    Each: the median over the rounds of the host us per call (CALLS calls back to back, the GPU not
    waited for) and its ratio to SDPA cuDNN's of the same round.
 2. The pieces ("piece" rows): one operation issued back to back on the calling thread, N = 512: an
-   allocation, a descriptor scratch from Triton's allocator and from the cache, the input check, a
-   launch of the one-program kernel and a PyTorch zero_, part 5's flash_forward and flash_backward
-   with LEAN off and on. Host us per call, the median of ROUNDS rounds.
+   allocation, a descriptor scratch from Triton's allocator (what a kernel that builds tensor
+   descriptors in the kernel asks for at every launch), the input check, a launch of the
+   one-program kernel and a PyTorch zero_, part 5's flash_forward and flash_backward. Host us per
+   call, the median of 5 rounds of 200 calls.
+
+A run replaces the rows of the targets and pieces it measures and keeps the others: the rows of
+part 5 with "LEAN" off and on are 461acc8's, a launch tried and not kept (the launcher's C function
+called directly, one descriptor scratch per stream: 2-3% of the host time, and the cached scratch
+broke torch.compile's CUDA graphs, whose warm-up allocates into the graph's pool).
 """
 
 import statistics
@@ -52,6 +57,7 @@ LENS = (512, 1024, 2048)
 ROUNDS = 15
 CALLS = 40
 FIELDS = ["section", "target", "threads", "N", "what", "us", *results.PROVENANCE]
+KEY = ("section", "target", "threads", "N", "what")
 DEVICE_THREAD, ONE_THREAD = "autograd's device thread", "one thread"
 
 
@@ -111,15 +117,6 @@ TorchLaunches = with_tensors(torch.Tensor.zero_)
 TritonLaunches = with_tensors(touch)
 
 
-def set_lean(module, on, also=()):
-    """fast_launch.LEAN on or off for part 5 (`module`) and the Launch objects in `also`: each
-    forgets its shape classes, so its next call of each goes through Triton's path once and keeps
-    the launch LEAN now says."""
-    fast_launch.LEAN = on
-    for launcher in [v for v in vars(module).values() if isinstance(v, fast_launch.Launch)] + list(also):
-        launcher.known.clear()
-
-
 def fwd_bwd(function, q, k, v, do):
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
     return lambda: torch.autograd.grad(function(*leaves, False), leaves, do)
@@ -141,31 +138,21 @@ def ladder_rows(module, n, meta):
         "tensors": fwd_bwd(Tensors.apply, q, k, v, do),
         "tensors + torch launches": fwd_bwd(TorchLaunches.apply, q, k, v, do),
         "tensors + Triton launches": fwd_bwd(TritonLaunches.apply, q, k, v, do),
-        "part 5, LEAN off": fwd_bwd(module.FlashAttention.apply, q, k, v, do),
-        "part 5, LEAN on": fwd_bwd(module.FlashAttention.apply, q, k, v, do),
+        "part 5": fwd_bwd(module.FlashAttention.apply, q, k, v, do),
+        "SDPA cuDNN": sdpa_calls("cudnn", n)["fwd+bwd"],
     }
-    cudnn = sdpa_calls("cudnn", n)["fwd+bwd"]
-
-    lean = {"part 5, LEAN off": False, "part 5, LEAN on": True}
     targets = {}
     for name, fn in plain.items():
         for threads, wrap in ((DEVICE_THREAD, lambda f: f), (ONE_THREAD, one_thread)):
-            targets[name, threads] = (wrap(fn), lean.get(name))
-    for threads, wrap in ((DEVICE_THREAD, lambda f: f), (ONE_THREAD, one_thread)):
-        targets["SDPA cuDNN", threads] = (wrap(cudnn), None)
+            targets[name, threads] = wrap(fn)
     times = {t: [] for t in targets}
     order = list(targets)
-    for r in range(ROUNDS + 1):  # round 0 warms every target up (and lets LEAN's launchers learn)
+    for r in range(ROUNDS + 1):  # round 0 warms every target up: compiles, autotunes, learns its launches
         for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
-            fn, on = targets[target]
-            if on is not None and fast_launch.LEAN != on:
-                set_lean(module, on)
-                fn()  # the first call of each class after a switch goes through Triton's path
             with sdpa_context("cudnn") if target[0] == "SDPA cuDNN" else nullcontext():
-                us = host_us(fn, rounds=1, calls=CALLS)
+                us = host_us(targets[target], rounds=1, calls=CALLS)
             if r:
                 times[target].append(us)
-    set_lean(module, True)
     rows = []
     for (name, threads), us in times.items():
         base = dict(section="ladder", target=name, threads=threads, N=n, **meta)
@@ -186,30 +173,23 @@ def piece_rows(module, meta, n=512):
     scratch_bytes = 132 * 3 * 128  # the forward's persistent grid: 3 descriptors of 128 bytes a program
     forward = lambda: module.flash_forward(q, k, v, False)  # noqa: E731
     backward = lambda: module.flash_backward(q, k, v, o, lse, do, False)  # noqa: E731
-    pieces = [  # (name, the call, LEAN for it or None)
-        ("torch.empty, O's shape", lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device), None),
-        ("descriptor scratch, Triton's allocator", lambda: _descriptor_scratch(scratch_bytes, 128, stream), None),
-        ("descriptor scratch, fast_launch.scratch", lambda: fast_launch.scratch(scratch_bytes, 128, stream, 0), None),
-        ("check_inputs", lambda: check_inputs(q, k, v, False, triton=True), None),
-        ("a PyTorch launch (zero_ of 64 floats)", small.zero_, None),
-        ("a Triton launch (one program), LEAN off", lambda: touch(small), False),
-        ("a Triton launch (one program), LEAN on", lambda: touch(small), True),
-        ("flash_forward, LEAN off", forward, False),
-        ("flash_forward, LEAN on", forward, True),
-        ("flash_backward, LEAN off", backward, False),
-        ("flash_backward, LEAN on", backward, True),
+    pieces = [  # (name, the call)
+        ("torch.empty, O's shape", lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device)),
+        ("descriptor scratch, Triton's allocator", lambda: _descriptor_scratch(scratch_bytes, 128, stream)),
+        ("check_inputs", lambda: check_inputs(q, k, v, False, triton=True)),
+        ("a PyTorch launch (zero_ of 64 floats)", small.zero_),
+        ("a Triton launch (one program)", lambda: touch(small)),
+        ("flash_forward", forward),
+        ("flash_backward", backward),
     ]
     rows = []
-    for name, fn, on in pieces:
-        if on is not None:
-            set_lean(module, on, also=[_touch_launch])
+    for name, fn in pieces:
         with torch.no_grad():
-            fn()  # after a switch of LEAN, the first call learns the class again
+            fn()  # the first call of a class goes through Triton's own path
             us = host_us(fn, rounds=5, calls=200)
         row = dict(section="piece", target=name, threads="calling", N=n, what="us per call", us=f"{us:.2f}")
         rows.append(dict(row, **meta))
         print(f"piece  {name:<45} {us:8.2f} us", flush=True)
-    set_lean(module, True)
     return rows
 
 
@@ -229,7 +209,7 @@ def main(argv=None):
     study.arguments(__doc__, argv)
     if not study.on_gpu("The host's pieces are measured beside a GPU's launches"):
         return 0
-    return results.write_as_measured("part5_host_parts.csv", FIELDS, run, failed=lambda r: False)
+    return results.write_as_measured("part5_host_parts.csv", FIELDS, run, failed=lambda r: False, key=KEY)
 
 
 if __name__ == "__main__":
