@@ -15,6 +15,10 @@ FlashAttention-3 does on Hopper:
   wgmma runs asynchronously, so the tensor cores multiply while the same warps compute exp2.
   Step j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish
   in order), computes P_j from S_j, then waits for the P V product and rescales O;
+- at D = 64 the warpgroups take turns issuing those products (PINGPONG, FlashAttention-3's
+  ping-pong): warpgroup w waits on an mbarrier that warpgroup w - 1 arrives on once it has issued
+  its own, so the products reach the tensor cores in a fixed order while the other warpgroups
+  compute their exponentials;
 - the grid is persistent: one program per SM, each taking query tiles in turn (_work_item), so
   the loader brings the next tile's Q, K and V while the last products and stores of one run.
 
@@ -50,11 +54,14 @@ BLOCK_N = 128  # keys per tile
 # 32 at B = 4, H = 8, N = 4096-16384 (results/h200/part5_gluon_order.csv): one sequence at a time
 # is the fastest at D = 128; at D = 64 no group beats every sequence at every N.
 SEQUENCE_MAJOR_FROM = 4096
-# Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, and registers
-# per thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest).
+# Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, registers per
+# thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest), and
+# whether the warpgroups take turns at the tensor cores (PINGPONG). tools/gluon_study.py --pingpong
+# (results/h200/part5_gluon.csv): turns make D = 64 without a mask 4-5% faster at N = 4096-8192 and
+# the causal D = 64 within 1.3% either way; at D = 128 they cost 1-3%.
 CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
-    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=False),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
+    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
 }
 
 

@@ -19,7 +19,7 @@ from part5_profiling.tools import ring
 
 HERE = Path(__file__).resolve().parent
 D = 128  # the configuration drawn
-WARPGROUPS, STAGES = CONFIGS[D]["WARPGROUPS"], CONFIGS[D]["STAGES"]
+WARPGROUPS, STAGES, PINGPONG = CONFIGS[D]["WARPGROUPS"], CONFIGS[D]["STAGES"], CONFIGS[D]["PINGPONG"]
 N_TILES = 6  # key tiles in the ring's picture
 
 # _softmax_step's statements, recognised by a fragment of their source: (kind, what it does, the
@@ -28,6 +28,8 @@ STATEMENTS = [
     ("slot = it % STAGES", None),
     ("prev = (it - 1) % STAGES", None),
     ("mbarrier.wait(k_ready", ("wait", "wait k_ready[slot]: K_{j} has landed", None)),
+    ("_my_turn(", ("wait", "wait turn[WG]: the warpgroup before has issued its products", None)),
+    ("_pass_turn(", ("arrive", "arrive turn[WG + 1]: the next warpgroup's turn", None)),
     ("warpgroup_mma(q, k_ring", ("mma", "issue S_{j} = Q K_{j}^T (async)", "S_{j}")),
     ("mbarrier.wait(v_ready", ("wait", "wait v_ready[prev]: V_{p} has landed", None)),
     ("warpgroup_mma(p_prev, v_ring", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),
@@ -51,7 +53,7 @@ def step_order(path=None):
     tree = ast.parse(Path(path or gluon_attention.__file__).read_text())
     step = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_softmax_step")
     order = []
-    for stmt in step.body:
+    for stmt in _as_configured(step.body):
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             continue  # the docstring
         text = ast.unparse(stmt)
@@ -64,6 +66,19 @@ def step_order(path=None):
         n = stmt.value.args[0].value if kind == "mma_wait" else None  # warpgroup_mma_wait(n, deps=...)
         order.append((kind, WAITS[n] if kind == "mma_wait" else what, bar, n))
     return order
+
+
+def _as_configured(body):
+    """The statements of body as the drawn configuration runs them: an `if PINGPONG:` (or `if not
+    PINGPONG:`) block by CONFIGS[D]["PINGPONG"], and the turn-taking calls only with PINGPONG on
+    (they do nothing without it)."""
+    for stmt in body:
+        test = stmt.test if isinstance(stmt, ast.If) else None
+        if test is not None and "PINGPONG" in ast.unparse(test):
+            wanted = PINGPONG if ast.unparse(test) == "PINGPONG" else not PINGPONG
+            yield from _as_configured(stmt.body if wanted else stmt.orelse)
+        elif PINGPONG or not any(f in ast.unparse(stmt) for f in ("_my_turn(", "_pass_turn(")):
+            yield stmt
 
 
 def gluon_timeline(order, steps):

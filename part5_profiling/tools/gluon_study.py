@@ -11,7 +11,7 @@ query tiles in turn) against one program per query tile. With --backward, the Gl
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
 kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN backend on the same
-inputs. B=4, H=8, N = 4096-16384. Three warpgroups at D = 128 are left out: the registers of one
+inputs. B=4, H=8, N = 4096-16384. The warpgroups run free here (PINGPONG off; --pingpong below). Three warpgroups at D = 128 are left out: the registers of one
 warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
 share the register file.
 
@@ -128,8 +128,8 @@ def forward_calls(d):
     for other calls, and the Gluon kernel in each choice of warpgroups and grid."""
     from part5_profiling.tools import forward_variants
 
-    calls = {"part 4": forward_variants.forward()}
-    calls.update({name: gluon_forward(*choice) for name, choice in variants(d).items()})
+    calls = {"part 4": forward_variants.forward()}  # the Gluon variants with their warpgroups free (no PINGPONG)
+    calls.update({name: gluon_forward(*choice, pingpong=False) for name, choice in variants(d).items()})
     return calls
 
 

@@ -581,7 +581,9 @@ def table_gluon(gpu_dir):
     rows = [dict(r, candidate=r["variant"], speedup=r["vs_cudnn"]) for r in read_csv(gpu_dir / "part5_gluon.csv")]
     caption = (
         "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16: part 4's tl kernel, the Gluon kernel's variants "
-        "and SDPA's cuDNN backend from one run, each with its fraction of cuDNN's speed:"
+        "(warpgroups free, or taking turns, ping-pong: `--pingpong`) and SDPA's cuDNN backend, each with its "
+        "fraction of cuDNN's speed in the same run; part 5 runs 3 warpgroups with ping-pong at D = 64 and 2 "
+        "without at D = 128:"
     )
     return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
 
