@@ -202,6 +202,52 @@ def table_launch_cost(gpu_dir):
     return "\n".join(out)
 
 
+def table_host_parts(gpu_dir):
+    """tools/host_parts.py's ladder (part 5 beside Functions doing a growing share of its work, each over
+    SDPA cuDNN's forward + backward of the same round) and its pieces (single operations, host us)."""
+    rows = read_csv(gpu_dir / "part5_host_parts.csv")
+    ladder = [r for r in rows if r["section"] == "ladder"]
+    cells = {(r["target"], r["threads"], r["N"], r["what"]): r["us"] for r in ladder}
+    lens = list(dict.fromkeys(r["N"] for r in ladder))
+    rungs = ["floor", "tensors", "tensors + torch launches", "tensors + Triton launches", "part 5"]
+    rank = lambda t: rungs.index(t) if t in rungs else len(rungs) + (t == "SDPA cuDNN")  # noqa: E731
+    keys = sorted(dict.fromkeys((r["target"], r["threads"]) for r in ladder), key=lambda k: rank(k[0]))
+
+    def cell(target, threads, n):
+        us = cells.get((target, threads, n, "us (median of rounds)"))
+        ratio = cells.get((target, threads, n, "over SDPA cuDNN (median of rounds)"))
+        return "—" if us is None else f"{us:.0f} ({ratio:.2f}x)"
+
+    piece_rows = sorted((r for r in rows if r["section"] == "piece"), key=lambda r: r["date"], reverse=True)
+    pieces = [[r["target"], f"{r['us']:.1f}", r["commit"]] for r in piece_rows]  # the latest run's first
+    command = "python -m part5_profiling.tools.host_parts && make report"
+    return "\n".join(
+        [
+            provenance_line(ladder, command),
+            "",
+            "A forward + backward through autograd (torch.autograd.grad), D = 128, non-causal, bf16, B=4, H=8, "
+            "on autograd's device thread (as training runs it) and on one thread: host us per call, the median "
+            "of the rounds, and in brackets its time over SDPA cuDNN's in the same round. Each rung adds one "
+            "ingredient of part 5's call: the floor (a Function that allocates O and returns dO), part 5's "
+            "tensors (two allocations and five saved tensors in the forward, five allocations and three "
+            "gradients in the backward), its four launches made by PyTorch or by Triton's launcher (a "
+            "one-program kernel), then part 5 itself. The rows of part 5 with LEAN off and on are 461acc8's "
+            "(the launcher's C function and one descriptor scratch per stream: tried, not kept):",
+            "",
+            markdown_table(
+                ["target", "thread", *(f"N = {n}" for n in lens)],
+                [[t, th, *(cell(t, th, n) for n in lens)] for t, th in keys],
+                "ll" + "r" * len(lens),
+            ),
+            "",
+            "The pieces, each issued back to back on the calling thread at N = 512 (host us per call; the host's "
+            "pace differs between machines, so compare pieces of one commit):",
+            "",
+            markdown_table(["piece", "us", "commit"], pieces, "lrl"),
+        ]
+    )
+
+
 def table_host_check(gpu_dir):
     """Part 5's host split before and after a change to its host path: launch_cost run at each commit in
     turn, each a fresh process, the runs' rows gathered in one CSV with a `run` column; per run and
@@ -929,6 +975,7 @@ TABLES = {
     "part5-compiled-bwd": table_compiled_bwd,
     "part5-framework": table_framework,
     "part5-host-check": table_host_check,
+    "part5-host-parts": table_host_parts,
     "part5-gluon": table_gluon,
     "part5-last-round": table_last_round,
     "part5-fa4": table_fa4,
@@ -981,6 +1028,13 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "Part 5's host split (launch cost's last table) at the commit before a change to its host path and at "
         "the change, in interleaved fresh processes, beside SDPA cuDNN's in each.",
         "part5-host-check",
+    ),
+    (
+        "Host parts",
+        "Where a short forward + backward's host time goes: part 5 beside Functions that do a growing share of "
+        "its work (its tensors, its launches), each paired with SDPA cuDNN round by round, and the single "
+        "operations a call is made of.",
+        "part5-host-parts",
     ),
     (
         "What the framework hides",
