@@ -824,3 +824,41 @@ def test_launch_cost_paired_only_needs_the_yardstick(capsys):
 
     assert launch_cost.main(["--part", "5", "--paired-only", "--no-sdpa"]) == 2
     assert "--paired-only needs SDPA cuDNN" in capsys.readouterr().err
+
+
+def test_host_parts_table_orders_the_ladder(tmp_path):
+    """The ladder's rungs in the order they add part 5's work, whatever order the CSV holds them in, each
+    with its ratio to SDPA cuDNN of the same rounds; rows of an earlier commit's target after the rungs,
+    SDPA cuDNN last; the pieces of the latest run first."""
+    from part5_profiling.tools import host_parts, report
+
+    thread = host_parts.DEVICE_THREAD
+    ladder = [
+        dict(section="ladder", target=t, threads=thread, N=512, what=w, us=v, **META)
+        for t, us, x in (
+            ("SDPA cuDNN", 200.0, 1.0),
+            ("part 5", 330.0, 1.65),
+            ("part 5, LEAN on", 320.0, 1.6),
+            ("tensors", 170.0, 0.85),
+            ("floor", 100.0, 0.5),
+        )
+        for w, v in (("us (median of rounds)", us), ("over SDPA cuDNN (median of rounds)", x))
+    ]
+    pieces = [
+        dict(section="piece", target=t, threads="calling", N=512, what="us per call", us=us, **dict(META, date=d))
+        for t, us, d in (("old piece", 1.0, "2026-01-01T00:00:00Z"), ("new piece", 2.0, "2026-01-02T00:00:00Z"))
+    ]
+    write_csv(tmp_path / "part5_host_parts.csv", ladder + pieces, host_parts.FIELDS)
+    table = report.table_host_parts(tmp_path)
+    order = [f"| {t} | {thread} |" for t in ("floor", "tensors", "part 5", "part 5, LEAN on", "SDPA cuDNN")]
+    assert [table.index(line) for line in order] == sorted(table.index(line) for line in order)
+    assert f"| part 5 | {thread} | 330 (1.65x) |" in table
+    assert table.index("| new piece | 2.0 |") < table.index("| old piece | 1.0 |")
+
+
+def test_pingpong_study_pairs_free_and_turns():
+    from part5_profiling.tools import gluon_study
+
+    assert list(gluon_study.pingpong_calls(128)) == ["2 warpgroups, persistent", "2 warpgroups, persistent, ping-pong"]
+    names = list(gluon_study.pingpong_calls(64))
+    assert names == [f"{w} warpgroups, persistent{how}" for w in (2, 3) for how in ("", ", ping-pong")]
