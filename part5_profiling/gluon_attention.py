@@ -16,8 +16,8 @@ FlashAttention-3 does on Hopper:
   Step j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish
   in order), computes P_j from S_j, then waits for the P V product and rescales O;
 - at D = 64 the warpgroups take turns issuing those products (PINGPONG, FlashAttention-3's
-  ping-pong): warpgroup w waits on an mbarrier that warpgroup w - 1 arrives on once it has issued
-  its own, so the products reach the tensor cores in a fixed order while the other warpgroups
+  ping-pong): warpgroup w waits on an mbarrier that the warpgroup before it (w - 1, warpgroup 0's
+  the last) arrives on once it has issued its own, so the products reach the tensor cores in a fixed order while the other warpgroups
   compute their exponentials;
 - the grid is persistent: one program per SM, each taking query tiles in turn (_work_item), so
   the loader brings the next tile's Q, K and V while the last products and stores of one run.
@@ -181,8 +181,8 @@ if HAVE_GLUON:
     def _my_turn(turn, k, WG: gl.constexpr, PINGPONG: gl.constexpr):
         """With PINGPONG, wait until warpgroup WG may issue its k-th set of products: the warpgroups
         issue theirs in turn, 0, 1, ..., 0, 1, ..., so that one multiplies while another computes
-        its softmax. turn[w] is arrived on by warpgroup w - 1 after each of its issues; warpgroup 0
-        goes first (a fresh barrier passes a wait on parity 1)."""
+        its softmax. turn[w] is arrived on by the warpgroup before it ((w - 1) mod WARPGROUPS) after
+        each of its issues; warpgroup 0 goes first (a fresh barrier passes a wait on parity 1)."""
         if PINGPONG:
             if WG == 0:
                 mbarrier.wait(turn.index(0), (k & 1) ^ 1)

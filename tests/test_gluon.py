@@ -49,13 +49,15 @@ fn, rows = ga._attn_fwd_ws, []
 types = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", L="*fp32", scale="fp32")
 for d in (64, 128):
     for causal in (False, True):
-        cx = dict(D=d, BLOCK_N=ga.BLOCK_N, IS_CAUSAL=causal, ROWS=ga.ROWS, **ga.CONFIGS[d])
-        sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
-        k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=4))
-        rows.append(dict(d=d, causal=causal, warps=k.metadata.num_warps, smem=k.metadata.shared,
-                         ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=k.asm["ptx"].count("wgmma.mma_async"),
-                         tma=k.asm["ptx"].count("cp.async.bulk.tensor.3d")))
+        for pingpong in (ga.CONFIGS[d]["PINGPONG"], not ga.CONFIGS[d]["PINGPONG"]):
+            cx = dict(D=d, BLOCK_N=ga.BLOCK_N, IS_CAUSAL=causal, ROWS=ga.ROWS, **dict(ga.CONFIGS[d], PINGPONG=pingpong))
+            sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
+            k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
+                               options=dict(num_warps=4))
+            ptx = k.asm["ptx"]
+            rows.append(dict(d=d, causal=causal, pingpong=pingpong, warps=k.metadata.num_warps, smem=k.metadata.shared,
+                             ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
+                             tma=ptx.count("cp.async.bulk.tensor.3d"), waits=ptx.count("mbarrier.try_wait")))
 print(json.dumps(rows))
 """
 
@@ -72,15 +74,25 @@ def _compiled_rows(script):
 
 def test_gluon_kernel_compiles_for_hopper(part):
     """Compiled for sm_90 in a fresh process with the compiler on (Triton's compiler and ptxas run
-    on the CPU): the loader and softmax warpgroups are there, and so are wgmma and 3-D TMA copies."""
+    on the CPU): the loader and softmax warpgroups are there, and so are wgmma and 3-D TMA copies;
+    with PINGPONG (part 5's at D = 64, tried at D = 128 too) each softmax warpgroup waits for its
+    turn at four places more (the first tile's S, each loop's step, the last P V), and nothing else
+    changes in the products."""
     from part5_profiling import gluon_attention
 
-    for row in _compiled_rows(COMPILE):
+    rows = _compiled_rows(COMPILE)
+    for row in rows:
         warpgroups = gluon_attention.CONFIGS[row["d"]]["WARPGROUPS"]
         assert row["ws"], row
         assert row["warps"] == 4 * (warpgroups + 1), row  # the softmax warpgroups and the loader's, padded
         assert row["smem"] <= 227 * 1024, row
         assert row["wgmma"] > 0 and row["tma"] > 0, row
+    by = {(r["d"], r["causal"], r["pingpong"]): r for r in rows}
+    for d, causal, _ in by:
+        free, turns = by[d, causal, False], by[d, causal, True]
+        warpgroups = gluon_attention.CONFIGS[d]["WARPGROUPS"]
+        assert turns["waits"] - free["waits"] == 4 * warpgroups, (free, turns)
+        assert (turns["wgmma"], turns["tma"]) == (free["wgmma"], free["tma"]), (free, turns)
 
 
 # More query tiles than programs (persistent: each program takes several, in alternating order),

@@ -29,7 +29,7 @@ STATEMENTS = [
     ("prev = (it - 1) % STAGES", None),
     ("mbarrier.wait(k_ready", ("wait", "wait k_ready[slot]: K_{j} has landed", None)),
     ("_my_turn(", ("wait", "wait turn[WG]: the warpgroup before has issued its products", None)),
-    ("_pass_turn(", ("arrive", "arrive turn[WG + 1]: the next warpgroup's turn", None)),
+    ("_pass_turn(", ("arrive", "arrive turn[(WG + 1) % WARPGROUPS]: the next warpgroup's turn", None)),
     ("warpgroup_mma(q, k_ring", ("mma", "issue S_{j} = Q K_{j}^T (async)", "S_{j}")),
     ("mbarrier.wait(v_ready", ("wait", "wait v_ready[prev]: V_{p} has landed", None)),
     ("warpgroup_mma(p_prev, v_ring", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),
@@ -73,9 +73,11 @@ def _as_configured(body):
     PINGPONG:`) block by CONFIGS[D]["PINGPONG"], and the turn-taking calls only with PINGPONG on
     (they do nothing without it)."""
     for stmt in body:
-        test = stmt.test if isinstance(stmt, ast.If) else None
-        if test is not None and "PINGPONG" in ast.unparse(test):
-            wanted = PINGPONG if ast.unparse(test) == "PINGPONG" else not PINGPONG
+        test = ast.unparse(stmt.test) if isinstance(stmt, ast.If) else ""
+        if "PINGPONG" in test:
+            if test not in ("PINGPONG", "not PINGPONG"):
+                raise ValueError(f"_softmax_step tests PINGPONG in a way the figure does not know: {test}")
+            wanted = PINGPONG if test == "PINGPONG" else not PINGPONG
             yield from _as_configured(stmt.body if wanted else stmt.orelse)
         elif PINGPONG or not any(f in ast.unparse(stmt) for f in ("_my_turn(", "_pass_turn(")):
             yield stmt

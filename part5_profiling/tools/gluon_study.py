@@ -11,11 +11,11 @@ query tiles in turn) against one program per query tile. With --backward, the Gl
 Every variant is checked in bf16 against the float64 reference on the inputs it is timed on (as
 the benchmark checks), then timed by CUDA-graph replay (median), beside part 4's forward (the tl
 kernel, which part 5 keeps for the calls Gluon does not take) and SDPA's cuDNN backend on the same
-inputs. B=4, H=8, N = 4096-16384. The warpgroups run free here (PINGPONG off; --pingpong below). Three warpgroups at D = 128 are left out: the registers of one
-warpgroup (S and O, 64 x 128 float32 each) do not fit the 160 a thread gets when four warpgroups
-share the register file.
+inputs. B=4, H=8, N = 4096-16384. The warpgroups run free here (PINGPONG off; --pingpong below).
+Three warpgroups at D = 128 are left out: the registers of one warpgroup (S and O, 64 x 128 float32
+each) do not fit the 160 a thread gets when four warpgroups share the register file.
 
-With --pingpong, the persistent kernel with its softmax warpgroups running free (each issues its
+With --pingpong (no part 4 row), the persistent kernel with its softmax warpgroups running free (each issues its
 products as soon as its operands are in shared memory) and taking turns (PINGPONG, FlashAttention-3's
 ping-pong: warpgroup w waits for warpgroup w - 1 to have issued its products before it issues its
 own, so that one multiplies while the others compute exponentials): two warpgroups at both head

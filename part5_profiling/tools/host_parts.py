@@ -4,9 +4,9 @@ share of its work, and the single operations its calls are made of.
     python -m part5_profiling.tools.host_parts      # GPU: results/<gpu>/part5_host_parts.csv
 
 Launch cost (launch_cost.py) finds part 5's forward + backward through autograd taking the host
-2-4x SDPA cuDNN's at N = 512-2048, and its "floor" (a Python Function that launches nothing) most
-of cuDNN's time already. This study says which ingredient costs what, at D = 128, non-causal, bf16,
-B=4, H=8:
+1.7-1.9x SDPA cuDNN's at N = 512-2048 (its paired measure), and its "floor" (a Python Function that
+launches nothing) half of cuDNN's time already. This study says which ingredient costs what, at
+launch cost's shape (D = 128, non-causal, bf16, B=4, H=8):
 
 1. The ladder ("ladder" rows). A forward + backward through autograd (torch.autograd.grad, as
    training runs it) of each target, timed in turn round after round (the host's pace drifts: a
@@ -14,10 +14,10 @@ B=4, H=8:
    (torch.autograd.set_multithreading_enabled(False)), at N = 512, 1024 and 2048:
    - floor: launch_cost's Floor (allocates O, returns dO as each gradient);
    - tensors: a Function with part 5's tensors and nothing else: O and L allocated and Q, K, V, O, L
-     saved in the forward; the backward's five allocations (its statistics, the float32 dQ, dK,
-     dV, dQ) and the three gradients returned;
-   - tensors + torch launches: the same with part 5's four launches made by PyTorch (a zero_ of L
-     in the forward, three of the statistics in the backward): a launch path in C++;
+     saved in the forward; the backward's five allocations (its statistics, a float32 dQ's, which
+     it lets go at once, dK, dV, and after its launches dQ) and the three gradients returned;
+   - tensors + torch launches: the same with four launches made by PyTorch (a zero_ of L in the
+     forward, three of the statistics in the backward, before dQ's allocation): a launch path in C++;
    - tensors + Triton launches: the same four launches as a one-program Triton kernel through
      fast_launch.Launch: Triton's launcher, without part 5's Python around it;
    - part 5;
@@ -47,12 +47,11 @@ import triton.language as tl
 from common import parts, results, study
 from common.impls import sdpa_context
 from common.inputs import Shape, make_inputs
-from common.runtime import DEVICE, _descriptor_scratch
+from common.runtime import DEVICE, _descriptor_scratch, properties
 from common.validate import check_inputs
-from part5_profiling import fast_launch
-from part5_profiling.tools.launch_cost import Floor, host_us, sdpa_calls
+from part5_profiling import fast_launch, gluon_backward
+from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, sdpa_calls
 
-B, H, D = 4, 8, 128
 LENS = (512, 1024, 2048)
 ROUNDS = 15
 CALLS = 40
@@ -76,8 +75,9 @@ def touch(x):
 
 
 def statistics_shapes(q):
-    """Part 5's backward's statistics (L * log2(e) and D_i, whole tiles of 128 rows) and float32 dQ."""
-    n_seqs, tiles = q.shape[0] * q.shape[1], -(-q.shape[2] // 128) * 128
+    """The shapes of part 5's backward's statistics (L * log2(e) and D_i) and float32 dQ, in whole
+    query tiles (gluon_backward.Plan's)."""
+    n_seqs, tiles = q.shape[0] * q.shape[1], -(-q.shape[2] // gluon_backward.BLOCK_M) * gluon_backward.BLOCK_M
     return (2, n_seqs, tiles), (n_seqs, tiles, q.shape[-1])
 
 
@@ -122,14 +122,6 @@ def fwd_bwd(function, q, k, v, do):
     return lambda: torch.autograd.grad(function(*leaves, False), leaves, do)
 
 
-def one_thread(fn):
-    def call():
-        with torch.autograd.set_multithreading_enabled(False):
-            return fn()
-
-    return call
-
-
 def ladder_rows(module, n, meta):
     """The ladder at sequence length n: rows of the median us and the ratio to SDPA cuDNN's."""
     q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
@@ -170,7 +162,8 @@ def piece_rows(module, meta, n=512):
     stream = torch.cuda.current_stream().cuda_stream
     small = torch.empty(64, dtype=torch.float32, device=DEVICE)
     o, lse = module.flash_forward(q, k, v, False)
-    scratch_bytes = 132 * 3 * 128  # the forward's persistent grid: 3 descriptors of 128 bytes a program
+    sms = properties(q.device).multi_processor_count
+    scratch_bytes = sms * 3 * 128  # the forward's persistent grid: 3 descriptors of 128 bytes a program
     forward = lambda: module.flash_forward(q, k, v, False)  # noqa: E731
     backward = lambda: module.flash_backward(q, k, v, o, lse, do, False)  # noqa: E731
     pieces = [  # (name, the call)
@@ -185,7 +178,7 @@ def piece_rows(module, meta, n=512):
     rows = []
     for name, fn in pieces:
         with torch.no_grad():
-            fn()  # the first call of a class goes through Triton's own path
+            fn()  # the first call of a key goes through Triton's own path
             us = host_us(fn, rounds=5, calls=200)
         row = dict(section="piece", target=name, threads="calling", N=n, what="us per call", us=f"{us:.2f}")
         rows.append(dict(row, **meta))

@@ -216,7 +216,9 @@ def table_host_parts(gpu_dir):
     def cell(target, threads, n):
         us = cells.get((target, threads, n, "us (median of rounds)"))
         ratio = cells.get((target, threads, n, "over SDPA cuDNN (median of rounds)"))
-        return "—" if us is None else f"{us:.0f} ({ratio:.2f}x)"
+        if us is None:
+            return "—"
+        return f"{us:.0f}" + ("" if ratio is None else f" ({ratio:.2f}x)")
 
     piece_rows = sorted((r for r in rows if r["section"] == "piece"), key=lambda r: r["date"], reverse=True)
     pieces = [[r["target"], f"{r['us']:.1f}", r["commit"]] for r in piece_rows]  # the latest run's first
@@ -631,7 +633,8 @@ def table_gluon(gpu_dir):
         "fraction of cuDNN's speed in the same run; part 5 runs 3 warpgroups with ping-pong at D = 64 and 2 "
         "without at D = 128:"
     )
-    return _candidates_table(rows, "python -m part5_profiling.tools.gluon_study", caption)
+    command = "python -m part5_profiling.tools.gluon_study && python -m part5_profiling.tools.gluon_study --pingpong"
+    return _candidates_table(rows, command, caption)
 
 
 def table_gluon_order(gpu_dir):
@@ -1061,8 +1064,9 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
     ),
     (
         "The Gluon forward",
-        "The Gluon forward's variants, part 4's `tl` forward and SDPA cuDNN from one run, each as a fraction "
-        "of cuDNN's speed.",
+        "The Gluon forward's variants, part 4's `tl` forward and SDPA cuDNN, each as a fraction of the speed of "
+        "cuDNN's row of its own run (the study without and with `--pingpong` measure some variants alike: the "
+        "later run's row stands).",
         "part5-gluon",
     ),
     (
