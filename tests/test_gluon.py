@@ -143,6 +143,8 @@ def test_gluon_pingpong_changes_no_bit(part, shape, is_causal):
     """The warpgroups taking turns at the tensor cores (PINGPONG) reorder only when each issues its
     products: every warpgroup's arithmetic is its own, so O and L are the same bits as with the
     warpgroups free, for each number of warpgroups the head dim fits, ragged and multi-round grids too."""
+    from part5_profiling.tools.gluon_study import REGISTERS
+
     part5 = parts.load(part)
     ga = part5.gluon_attention
     q, k, v, _ = make_inputs(shape, torch.bfloat16, DEVICE, seed=shape.n_k)
@@ -151,8 +153,7 @@ def test_gluon_pingpong_changes_no_bit(part, shape, is_causal):
     for warpgroups in (2, 3) if d == 64 else (2,):
         outs = []
         for pingpong in (False, True):
-            registers = 160 if warpgroups == 3 else 232
-            config = dict(ga.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=registers, PINGPONG=pingpong)
+            config = dict(ga.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups], PINGPONG=pingpong)
             o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
             ga.launch(q, k, v, o, lse, is_causal, config)
             outs.append((o, lse))

@@ -15,11 +15,11 @@ inputs. B=4, H=8, N = 4096-16384. The warpgroups run free here (PINGPONG off; --
 Three warpgroups at D = 128 are left out: the registers of one warpgroup (S and O, 64 x 128 float32
 each) do not fit the 160 a thread gets when four warpgroups share the register file.
 
-With --pingpong (no part 4 row), the persistent kernel with its softmax warpgroups running free (each issues its
-products as soon as its operands are in shared memory) and taking turns (PINGPONG, FlashAttention-3's
-ping-pong: warpgroup w waits for warpgroup w - 1 to have issued its products before it issues its
-own, so that one multiplies while the others compute exponentials): two warpgroups at both head
-dims, and three at D = 64.
+With --pingpong (no part 4 row), the persistent kernel with its softmax warpgroups running free
+(each issues its products as soon as its operands are in shared memory) and taking turns (PINGPONG,
+FlashAttention-3's ping-pong: a warpgroup issues its products once the one before it has issued
+its own, so that one multiplies while the others compute exponentials): two warpgroups at both
+head dims, and three at D = 64.
 
 With --order, part 5's forward configuration with the mask, its programs taking the longest query
 tiles first with GROUP sequences side by side (gluon_attention.group_size), for GROUP from one

@@ -50,7 +50,7 @@ from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE, _descriptor_scratch, properties
 from common.validate import check_inputs
 from part5_profiling import fast_launch, gluon_backward
-from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, sdpa_calls
+from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, paired_times, sdpa_calls
 
 LENS = (512, 1024, 2048)
 ROUNDS = 15
@@ -135,16 +135,11 @@ def ladder_rows(module, n, meta):
     }
     targets = {}
     for name, fn in plain.items():
+        context = (lambda: sdpa_context("cudnn")) if name == "SDPA cuDNN" else nullcontext
         for threads, wrap in ((DEVICE_THREAD, lambda f: f), (ONE_THREAD, one_thread)):
-            targets[name, threads] = wrap(fn)
-    times = {t: [] for t in targets}
-    order = list(targets)
-    for r in range(ROUNDS + 1):  # round 0 warms every target up: compiles, autotunes, learns its launches
-        for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
-            with sdpa_context("cudnn") if target[0] == "SDPA cuDNN" else nullcontext():
-                us = host_us(targets[target], rounds=1, calls=CALLS)
-            if r:
-                times[target].append(us)
+            targets[name, threads] = (wrap(fn), context)
+    paired_times(targets, 1, CALLS)  # a round that warms every target up: compiles, autotunes, learns its launches
+    times = paired_times(targets, ROUNDS, CALLS)
     rows = []
     for (name, threads), us in times.items():
         base = dict(section="ladder", target=name, threads=threads, N=n, **meta)

@@ -200,6 +200,21 @@ PAIRED_LENS = (512, 1024, 2048)
 YARDSTICK = "sdpa_cudnn"
 
 
+def paired_times(fns, rounds, calls=None):
+    """{target: [host us per call, one per round]} for fns ({target: (call, context)}): every target's
+    calls timed in turn (`calls` back to back, PAIRED_CALLS by default, inside its context), round
+    after round, who goes first turning from round to round, so each round's times compare like with
+    like however the host's pace drifts between rounds."""
+    order, calls = list(fns), calls or PAIRED_CALLS
+    times = {target: [] for target in order}
+    for r in range(rounds):
+        for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
+            fn, context = fns[target]
+            with context():
+                times[target].append(host_us(fn, rounds=1, calls=calls))
+    return times
+
+
 def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
     """Rows of what PAIRED for each target in `targets` (part numbers, "sdpa_flash", YARDSTICK, FLOOR)
     that has a forward + backward through autograd, at each N in lens: host_us of every target in
@@ -223,15 +238,9 @@ def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
             except Exception as e:  # this target's first call failed: say why, time the others
                 rows.append(dict(base, what=f"error: {PAIRED}: {results.why(e)}"))
                 print(f"part {target} N={n:>5}  {PAIRED}: error: {results.why(e)}", flush=True)
-        order = list(fns)
-        if not order:
+        if not fns:
             continue
-        times = {target: [] for target in order}
-        for r in range(rounds):
-            for target in order[r % len(order) :] + order[: r % len(order)]:  # who goes first turns
-                fn, context = fns[target]
-                with context():
-                    times[target].append(host_us(fn, rounds=1, calls=PAIRED_CALLS))
+        times = paired_times(fns, rounds)
         for target, us in times.items():
             base = dict(part=target, mode="fwd+bwd", N=n, D=D, what=PAIRED, **meta)
             rows.append(dict(base, group="us (median of rounds)", us=f"{statistics.median(us):.1f}"))
