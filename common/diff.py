@@ -1,25 +1,36 @@
 """What part N changes in part N-1: the lesson of part N, as a unified diff.
 
     python -m common.diff --part 2            (or: make diff PART=2)
-    python -m common.diff --part 3 --step 2   (or: make diff PART=3 STEP=2): one idea of part 3's
+    python -m common.diff --part 3 --step 2      (or: make diff PART=3 STEP=2): one idea of part 3's
+    python -m common.diff --part 5 --step fwd3   (or: make diff PART=5 STEP=fwd3): step 3 of part 5's forward
 
 Only the kernel file is compared line by line; files a part adds (a sweep script, a profiler)
-are listed. A part that makes several changes at once keeps them as one patch each in its steps/
-folder, applied in order to the part before's kernel: --step N prints the N-th. Needs nothing
-beyond the Python standard library.
+are listed. A part that makes several changes keeps them as a ladder of steps in its steps/ folder
+(common/steps.py), one idea a patch: --step prints one, and the plain diff lists them all. Needs
+nothing beyond the Python standard library.
 """
 
 import argparse
 import difflib
 import sys
 
-from common import ROOT, parts
+from common import ROOT, parts, steps
+
+
+def _write(text):
+    """Print text; False if the reader closed the pipe (`make diff PART=3 | head`: seen enough)."""
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        sys.stderr.close()
+        return False
+    return True
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, required=False)
-    ap.add_argument("--step", type=int, help="the part's N-th change alone (a part with a steps/ folder)")
+    ap.add_argument("--step", help="one step of the part's ladders alone: 2, fwd3 (a part with a steps/ folder)")
     args = ap.parse_args(argv)
     n = args.part
     numbers = list(parts.folders())
@@ -35,13 +46,18 @@ def main(argv=None):
             "its README.md says what is coming"
         )
         return 2
-    steps = sorted((parts.folder(n) / "steps").glob("*.diff"))
+    ladders = steps.ladders(parts.folder(n))
     if args.step is not None:
-        if not 1 <= args.step <= len(steps):
-            which = f"1..{len(steps)}" if steps else "none: it makes one change"
-            print(f"part {n} has no step {args.step}; its steps: {which}")
+        try:
+            ladder, i = steps.find(n, args.step)
+        except ValueError as e:
+            print(e)
             return 2
-        sys.stdout.write(steps[args.step - 1].read_text())
+        path = ladder[i].path
+        if path.suffix == ".py":  # a ladder's first step, a whole new file: every line is added
+            _write(steps.patch_text("", path.read_text(), "/dev/null", str(path.relative_to(ROOT))))
+        else:
+            _write(path.read_text())
         return 0
     old, new = parts.folder(n - 1), parts.folder(n)
     a, b = parts.path(n - 1), parts.path(n)
@@ -51,10 +67,7 @@ def main(argv=None):
         fromfile=str(a.relative_to(ROOT)),
         tofile=str(b.relative_to(ROOT)),
     )
-    try:
-        sys.stdout.writelines(diff)
-    except BrokenPipeError:  # `make diff PART=3 | head`: the reader has seen enough
-        sys.stderr.close()
+    if not _write("".join(diff)):
         return 0
     skip = {"__pycache__", "README.md"}
     added = sorted(
@@ -62,9 +75,10 @@ def main(argv=None):
     )
     if added:
         print(f"\nPart {n} also adds: {', '.join(added)}")
-    if steps:
-        names = ", ".join(f"{i} {p.stem.split('_', 1)[-1].replace('_', ' ')}" for i, p in enumerate(steps, 1))
-        print(f"Part {n} makes {len(steps)} changes; one at a time: make diff PART={n} STEP=N ({names})")
+    for ladder, found in ladders.items():
+        names = ", ".join(f"{s.name} {s.label}" for s in found)
+        what = f"builds {steps.TARGETS[ladder]} in {len(found)} steps" if ladder else f"makes {len(found)} changes"
+        print(f"Part {n} {what}; one at a time: make diff PART={n} STEP=<step> ({names})")
     return 0
 
 

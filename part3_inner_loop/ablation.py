@@ -4,22 +4,18 @@
     python -m part3_inner_loop.ablation --show 3   # print step 3's kernel source (any machine)
     python -m part3_inner_loop.ablation --refresh  # after editing part 3's kernel: rewrite the last patch
 
-Each step is a kernel file: part 2's flash_attention.py with the patches in steps/ applied in order,
-one change per patch (read them: each is that change and nothing else). Applying all of them gives
+Each step is a kernel file: part 2's flash_attention.py with the patches in steps/ applied in order
+(common/steps.py), one change per patch (read them: each is that change and nothing else). Applying all of them gives
 part 3's flash_attention.py exactly; tests/test_part3_tools.py checks it, so the steps cannot drift
 from the kernel a reader sees. Every step is checked against the float64 reference on the inputs
 it is timed on, then timed like the benchmark (do_bench median, and CUDA-graph replay).
 """
 
 import argparse
-import difflib
-import re
 import sys
-from pathlib import Path
 
-from common import parts, results, study
+from common import parts, results, steps, study
 
-STEPS_DIR = Path(__file__).resolve().parent / "steps"
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
 SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
@@ -34,57 +30,17 @@ FIELDS = [
     "check",
     *results.PROVENANCE,
 ]
-HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def apply_patch(text, patch):
-    """Apply a unified diff (as difflib writes it) to text. Each hunk header says where it starts and
-    how many old and new lines it spans; every context and removed line must match the text."""
-    old, new, at = text.splitlines(keepends=True), [], 0
-    lines = patch.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        m = HUNK.match(lines[i])
-        i += 1
-        if not m:
-            continue
-        start = int(m.group(1)) - (m.group(2) != "0")  # 0-based first old line ("-5,0": after line 5)
-        if start < at:
-            raise ValueError(f"hunks out of order at line {start + 1}")
-        new += old[at:start]
-        at, n_old, n_new = start, int(m.group(2) or 1), int(m.group(4) or 1)
-        while n_old or n_new:
-            body = lines[i]
-            i += 1
-            kind, line = body[0], body[1:]
-            if kind in " -":
-                if at >= len(old) or old[at] != line:
-                    found = repr(old[at]) if at < len(old) else "the end of the text"
-                    raise ValueError(f"patch does not apply at line {at + 1}: {found} != {line!r}")
-                at, n_old = at + 1, n_old - 1
-            if kind in " +":
-                new.append(line)
-                n_new -= 1
-    return "".join(new + old[at:])
 
 
 def step_sources():
     """[part 2's kernel source, + step 1, ..., + every step (part 3's kernel)]"""
-    sources = [parts.path(2).read_text()]
-    for patch in sorted(STEPS_DIR.glob("*.diff")):
-        sources.append(apply_patch(sources[-1], patch.read_text()))
-    return sources
+    return steps.sources(3)
 
 
 def refresh_last_step():
     """Rewrite the last patch so that the steps end at part 3's kernel as it is now."""
-    last = sorted(STEPS_DIR.glob("*.diff"))[-1]
-    before = step_sources()[-2].splitlines(keepends=True)
-    after = parts.path(3).read_text().splitlines(keepends=True)
-    n = len(LABELS) - 1
-    diff = difflib.unified_diff(before, after, fromfile=f"step {n - 1}", tofile=f"step {n}: {last.stem}", n=2)
-    last.write_text("".join(diff))
-    return last
+    steps.refresh(3)
+    return steps.steps_of(3)[-1].path
 
 
 def load_step(i, source):

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from common import parts, runtime
+from common import parts, runtime, steps
 from common.check import check_part
 from common.inputs import Shape, make_inputs
 from part3_inner_loop import ablation, tiles
@@ -86,4 +86,4 @@ for i, label in enumerate(ablation.LABELS[1:], 1):
     before, after = sources[i - 1].splitlines(), sources[i].splitlines()
     print(f"step {i} {label:<26} {len(before):>4} -> {len(after):>4} lines")
 assert sources[-1] == parts.path(3).read_text()
-print(open(sorted(ablation.STEPS_DIR.glob("*.diff"))[0]).read())
+print(steps.steps_of(3)[0].path.read_text())

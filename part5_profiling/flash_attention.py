@@ -6,9 +6,9 @@ written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
   tile's softmax, a persistent grid. Triton's compiler does not produce that schedule from
   _attn_fwd (tools/candidates.py, tools/compiled.py). _attn_fwd keeps every other call: float32,
   D = 16 and 32, other GPUs, Triton's interpreter on the CPU.
-- flash_backward sends the calls in gluon_backward.ROUTE to gluon_backward.py: dK, dV and dQ from
-  one pass over the scores, five matrix products per tile pair instead of seven, dQ added in
-  float32 by TMA reduce-adds. Part 4's kernels keep the rest, and every call made under
+- flash_backward sends the same calls to gluon_backward.py: dK, dV and dQ from one pass over the
+  scores, five matrix products per tile pair instead of seven, dQ added in float32 by TMA
+  reduce-adds. Part 4's kernels keep the rest, and every call made under
   torch.use_deterministic_algorithms(True): the Gluon dQ's last bits follow the order its adds arrive.
 - Every kernel launches through fast_launch.Launch, which skips Triton's per-call Python after the
   first call of a shape class: below N = 4096 that Python takes longer than the kernels. What the
@@ -247,7 +247,7 @@ def _attn_fwd(
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
 _launch_fwd = fast_launch.Launch(_attn_fwd)
-_launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_ws) if gluon_attention.HAVE_GLUON else None
+_launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}
 
 
@@ -294,7 +294,8 @@ def _plan(Q, K, is_causal, gluon):
         key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
         group = gluon_attention.group_size(n_seqs, n_q, d, is_causal)  # the causal order's sequences side by side
-        return True, key, grid, (n_q, n_k, n_seqs, group, scale), meta, gluon_attention.label(d)
+        label = "gluon {WARPGROUPS}x{ROWS}x{BLOCK_N} s{STAGES}".format(**meta)  # as the benchmark names it
+        return True, key, grid, (n_q, n_k, n_seqs, group, scale), meta, label
     grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
@@ -717,7 +718,7 @@ _launch_preprocess = fast_launch.Launch(_attn_bwd_preprocess)
 _launch_dkdv = fast_launch.Launch(_attn_bwd_dkdv)
 _launch_dq = fast_launch.Launch(_attn_bwd_dq)
 _launch_bwd_prepare = fast_launch.Launch(gluon_backward._bwd_prepare)
-_launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_ws) if gluon_backward.HAVE_GLUON else None
+_launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_gluon) if gluon_backward.HAVE_GLUON else None
 _launch_dq_convert = fast_launch.Launch(gluon_backward._dq_convert)
 _last_backward = {"label": None}
 
@@ -793,7 +794,7 @@ def compile_backward_ahead(Q, K, V, is_causal):
         _ahead.clear()
     _ahead.add(signature)
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    gluon = GLUON and not repeatable and gluon_backward.supported(Q, is_causal)
+    gluon = GLUON and not repeatable and gluon_backward.supported(Q)
     key = _gluon_key(Q, is_causal) if gluon else _bwd_key(Q, n_k, is_causal, False)
     if key in _bwd_compiled:
         return
@@ -820,7 +821,7 @@ def _gluon_kernels(q, k, v, o, do, lse, is_causal):
     launchers that write each launch down instead of making it."""
     calls = []
     record = lambda kernel: lambda key, programs, *args, **meta: calls.append((kernel, args, meta))  # noqa: E731
-    kernels = (gluon_backward._bwd_prepare, gluon_backward._attn_bwd_ws, gluon_backward._dq_convert)
+    kernels = (gluon_backward._bwd_prepare, gluon_backward._attn_bwd_gluon, gluon_backward._dq_convert)
     gluon_backward.launch(q, k, v, o, do, lse, is_causal, launchers=[record(kn) for kn in kernels])
     return calls
 
@@ -829,10 +830,10 @@ def _gluon_kernels(q, k, v, o, do, lse, is_causal):
 def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
     """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
     set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset
-    # gluon_backward.ROUTE, on Hopper; its dQ sum's order varies, so not where PyTorch is asked for
-    # deterministic algorithms (part 4's kernels give the same bits on every call)
+    # gluon_backward.py on Hopper (16-bit, D = 64 or 128); its dQ sum's order varies, so not where
+    # PyTorch is asked for deterministic algorithms (part 4's kernels give the same bits on every call)
     repeatable = torch.are_deterministic_algorithms_enabled()
-    if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(Q, is_causal):
+    if GLUON and not atomic_dq and not repeatable and gluon_backward.supported(Q):
         _last_backward["label"] = "gluon"
         return _gluon_backward(Q, K, V, O, L, dO, is_causal)
     _last_backward["label"] = "tl"

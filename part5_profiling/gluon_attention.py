@@ -1,32 +1,34 @@
-"""Part 5's Hopper forward in Gluon: the FlashAttention-3 schedule written out by hand.
+"""Part 5's Hopper forward in Gluon: FlashAttention-3's schedule, written out by hand.
 
 Triton's compiler decides for a `tl` kernel which warps load, which multiply and when; Gluon
-(`triton.experimental.gluon`) hands those decisions to the kernel. This forward makes them as
-FlashAttention-3 does on Hopper:
+(`triton.experimental.gluon`) hands those decisions to the kernel. This one is built an idea at a
+time (steps/, make diff PART=5 STEP=fwd1, STEP=fwd2, ...), and each step adds its line here:
 
-- a program holds 64 query rows per softmax warpgroup (two warpgroups at D = 128, three at
-  D = 64: CONFIGS) and one loader warp, in partitions of warps (gl.warp_specialize). The loader
-  only issues TMA copies: the program's Q rows, then K_j and V_j into a ring of STAGES
-  shared-memory buffers. Every warpgroup reads every K_j and V_j the loader brings in, and while
-  one computes its exponentials another can keep the tensor cores busy;
-- mbarriers carry the hand-offs: q_ready/k_ready/v_ready (the loader's copy has landed, counted in
-  bytes), q_free/k_free/v_free (every warpgroup is done with the buffer: count WARPGROUPS);
-- within a warpgroup, the next tile's S = Q K^T is issued before this tile's P V has finished:
-  wgmma runs asynchronously, so the tensor cores multiply while the same warps compute exp2.
-  Step j issues S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish
-  in order), computes P_j from S_j, then waits for the P V product and rescales O;
-- at D = 64 the warpgroups take turns issuing those products (PINGPONG, FlashAttention-3's
-  ping-pong): warpgroup w waits on an mbarrier that the warpgroup before it (w - 1, warpgroup 0's
-  the last) arrives on once it has issued its own, so the products reach the tensor cores in a fixed order while the other warpgroups
-  compute their exponentials;
-- the grid is persistent: one program per SM, each taking query tiles in turn (_work_item), so
+- fwd1: part 4's forward in Gluon's terms. Rows of 64 queries per warpgroup (one wgmma M), TMA
+  copies into shared memory, wgmma, the online softmax in registers: base-2 exponent with the scale
+  folded in, masks only on the tiles that need them (the diagonal when causal, the ragged last key
+  tile), L = m + log(l).
+- fwd2: a loader warp (gl.warp_specialize) only issues TMA copies: Q, then K_j and V_j into a ring
+  of STAGES shared-memory buffers. mbarriers carry the hand-offs: k_ready/v_ready (the copy has
+  landed, counted in bytes), k_free/v_free (the warpgroups are done with the buffer).
+- fwd3: the next tile's S = Q K^T is issued before this tile's P V has finished: wgmma runs
+  asynchronously, so the tensor cores multiply while the same warps compute exp2. Step j issues
+  S_j = Q K_j^T, then O += P_{j-1} V_{j-1}, waits for S_j only (wgmma groups finish in order),
+  computes P_j from S_j, then waits for the P V product and rescales O.
+- fwd4: two softmax warpgroups at D = 128, three at D = 64 (CONFIGS) read every K_j and V_j the
+  loader brings in: while one computes its exponentials another keeps the tensor cores busy.
+- fwd5: a persistent grid: one program per SM, each taking query tiles in turn (_work_item), so
   the loader brings the next tile's Q, K and V while the last products and stores of one run.
+- fwd6: the causal order takes GROUP sequences side by side (group_size): one sequence at a time at
+  D = 128 from SEQUENCE_MAJOR_FROM queries, so its K and V stay in L2.
+- fwd7: at D = 64 the warpgroups take turns issuing their products (PINGPONG, FlashAttention-3's
+  ping-pong): warpgroup w waits on an mbarrier that the warpgroup before it arrives on once it has
+  issued its own, so the products reach the tensor cores in a fixed order while the other
+  warpgroups compute their exponentials.
 
-The arithmetic is part 4's: base-2 exponent with the scale folded in, masks only on the tiles that
-need them (the diagonal when causal, the ragged last key tile), L = m + log(l). GPU only (sm_90):
-Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a Hopper GPU here and
-keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs, Triton's interpreter on
-the CPU).
+GPU only (sm_90): Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a
+Hopper GPU here and keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs,
+Triton's interpreter on the CPU).
 """
 
 import torch
@@ -73,22 +75,12 @@ if HAVE_GLUON:
         return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
 
     @gluon.jit
-    def _work_item(
-        r,
-        n_programs,
-        n_tiles_m,
-        N_QUERIES,
-        N_KEYS,
-        N_SEQS,
-        GROUP,
-        BLOCK_M: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-    ):
+    def _work_item(r, sizes, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
         """The program's r-th query tile: (index, sequence, first row, key tiles, unmasked key tiles).
         Programs take tiles in rounds of n_programs, up the program ids in even rounds and down in
         odd ones, so that causal, where tiles come longest first, no program gets the longest of
         every round."""
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
         pid = gl.program_id(0)
         idx = r * n_programs + pid + (r % 2) * (n_programs - 1 - 2 * pid)
         if IS_CAUSAL:  # the last query tiles (the most keys) first, GROUP sequences side by side
@@ -110,23 +102,39 @@ if HAVE_GLUON:
         return idx, bh, q_start, gl.cdiv(hi, BLOCK_N), unmasked_hi // BLOCK_N
 
     @gluon.jit
-    def _load_partition(
-        Q,
-        K,
-        V,
-        sizes,
-        buffers,
-        D: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
-        IS_CAUSAL: gl.constexpr,
-    ):
-        """One warp: for each of the program's query tiles, Q (once the warpgroups are done with the
-        last one), then K_j and V_j into the ring, each as soon as its buffer is free."""
-        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
+    def _load_tile(descs, bh, q_start, n_tiles, it, done, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr):
+        """The loader's part of one query tile: Q (once the warpgroups are done with the last one),
+        then K_j and V_j into the ring, each as soon as its buffer is free; it: the ring position
+        before the tile, returned after it."""
+        q_desc, k_desc, v_desc = descs
         q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
         WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
         ROWS: gl.constexpr = q_smem.type.shape[1]
+        STAGES: gl.constexpr = k_ring.type.shape[0]
+        mbarrier.wait(q_free, (done & 1) ^ 1)  # the warpgroups are done with the last tile's Q
+        mbarrier.expect(q_ready, WARPGROUPS * ROWS * D * 2)  # zero rows past N_QUERIES count too
+        for i in gl.static_range(WARPGROUPS):  # each warpgroup's own rows
+            tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready, q_smem.index(i).reshape([1, ROWS, D]))
+        for j in range(n_tiles):
+            slot = it % STAGES
+            phase = (it // STAGES) & 1
+            # parity of the barriers' rounds: a fresh barrier counts as having passed round "-1", so
+            # the first wait on a free buffer (parity 1) does not block
+            mbarrier.wait(k_free.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
+            tma_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D]))
+            mbarrier.wait(v_free.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
+            tma_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D]))
+            it += 1
+        return it
+
+    @gluon.jit
+    def _load_partition(Q, K, V, sizes, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
+        """One warp: the TMA copies of every query tile the program takes."""
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
+        WARPGROUPS: gl.constexpr = buffers[0].type.shape[0]
+        ROWS: gl.constexpr = buffers[0].type.shape[1]
         # 3-D descriptors (sequence, row, column): a tile never reads past its own sequence's last
         # row (TMA fills zeros there), and one descriptor serves every sequence the program visits.
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
@@ -136,30 +144,9 @@ if HAVE_GLUON:
         it = 0  # key tiles loaded so far, over all query tiles: the ring position
         done = 0  # query tiles so far
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
-            idx, bh, q_start, n_tiles, n_unmasked = _work_item(
-                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
-            )
+            idx, bh, q_start, n_tiles, n_unmasked = _work_item(r, sizes, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL)
             if idx < n_tiles_m * N_SEQS:
-                # parity of the barriers' rounds: a fresh barrier counts as having passed round "-1",
-                # so the first wait on a free barrier (parity 1) does not block
-                mbarrier.wait(q_free, (done & 1) ^ 1)
-                mbarrier.expect(q_ready, WARPGROUPS * ROWS * D * 2)  # zero rows past N_QUERIES count too
-                for i in gl.static_range(WARPGROUPS):  # each warpgroup's own rows
-                    tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready, q_smem.index(i).reshape([1, ROWS, D]))
-                for j in range(n_tiles):
-                    slot = it % STAGES
-                    phase = (it // STAGES) & 1
-                    mbarrier.wait(k_free.index(slot), phase ^ 1)
-                    mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
-                    tma_load(
-                        k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D])
-                    )
-                    mbarrier.wait(v_free.index(slot), phase ^ 1)
-                    mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
-                    tma_load(
-                        v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D])
-                    )
-                    it += 1
+                it = _load_tile((q_desc, k_desc, v_desc), bh, q_start, n_tiles, it, done, buffers, D, BLOCK_N)
                 done += 1
 
     @gluon.jit
@@ -200,38 +187,29 @@ if HAVE_GLUON:
     def _softmax_step(
         j,
         it,
-        acc,
-        p_prev,
-        m_i,
-        l_i,
-        s0,
-        q,
-        k_ring,
-        v_ring,
-        k_ready,
-        k_free,
-        v_ready,
-        v_free,
-        turn,
         turns,
-        rows,
-        N_KEYS,
-        qk_scale,
+        state,
+        tile,
+        buffers,
         WG: gl.constexpr,
-        STAGES: gl.constexpr,
         MASKED: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr,
     ):
-        """Key tile j >= 1, ring position it (s0: zeros shaped and laid out as S): S_j = Q K_j^T and
-        O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs; turns: the
-        warpgroup's sets of products issued so far (PINGPONG)."""
+        """Key tile j >= 1 of a query tile whose key tile 0 was ring position it: S_j = Q K_j^T and
+        O += P_{j-1} V_{j-1} in flight together, then P_j while the second product runs. state: O,
+        P_{j-1}, m, l; turns: the warpgroup's sets of products issued so far (PINGPONG)."""
+        acc, p_prev, m_i, l_i = state
+        q, s0, rows, N_KEYS, qk_scale = tile  # s0: zeros shaped and laid out as S
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
+        STAGES: gl.constexpr = k_ring.type.shape[0]
+        it += j
         slot = it % STAGES
         prev = (it - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
         if PINGPONG:  # both operands ready before the turn is taken: the turn is not held waiting
             mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-        _my_turn(turn, turns, WG, PINGPONG)
+        _my_turn(turn, turns + j - 1, WG, PINGPONG)
         s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
         if not PINGPONG:
             mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
@@ -247,6 +225,90 @@ if HAVE_GLUON:
         return acc, p_prev, m_i, l_i
 
     @gluon.jit
+    def _softmax_tile(
+        O,
+        L,
+        qk_scale,
+        work,
+        sizes,
+        buffers,
+        WG: gl.constexpr,
+        D: gl.constexpr,
+        IS_CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr,
+    ):
+        """Warpgroup WG's rows of one query tile, q_start + WG * ROWS ... + ROWS - 1, against every key
+        tile it sees. work: the tile (sequence, first row, key tiles, unmasked key tiles) and where
+        the warpgroup stands (ring position, query tiles and turns so far); returns the ring position
+        and turns after it."""
+        bh, q_start, n_tiles, n_unmasked, it, done, turns = work
+        n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
+        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
+        ROWS: gl.constexpr = q_smem.type.shape[1]
+        BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+        STAGES: gl.constexpr = k_ring.type.shape[0]
+        s_layout: gl.constexpr = _acc_layout(BLOCK_N)
+        o_layout: gl.constexpr = _acc_layout(D)
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        s0 = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+        q = q_smem.index(WG)
+        rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([ROWS, D], gl.float32, layout=o_layout)
+        tile = (q, s0, rows, N_KEYS, qk_scale)
+
+        # Key tile 0: S_0 alone (no P V before it); masked if it is the diagonal or the last.
+        mbarrier.wait(q_ready, done & 1)
+        slot = it % STAGES
+        mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+        _my_turn(turn, turns, WG, PINGPONG)
+        s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        turns += 1
+        s = warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(k_free.index(slot), count=1)
+        if n_unmasked > 0:
+            p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, False, IS_CAUSAL)
+        else:
+            p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, True, IS_CAUSAL)
+        p_prev = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+
+        for j in range(1, n_unmasked):  # whole tiles every row sees: no mask
+            acc, p_prev, m_i, l_i = _softmax_step(
+                j, it, turns, (acc, p_prev, m_i, l_i), tile, buffers, WG, False, IS_CAUSAL, PINGPONG
+            )
+        for j in range(gl.maximum(n_unmasked, 1), n_tiles):  # the diagonal and the ragged last tile
+            acc, p_prev, m_i, l_i = _softmax_step(
+                j, it, turns, (acc, p_prev, m_i, l_i), tile, buffers, WG, True, IS_CAUSAL, PINGPONG
+            )
+        mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the loader may bring the next Q
+
+        it += n_tiles
+        turns += n_tiles - 1
+        last = (it - 1) % STAGES  # the last key tile's P V
+        mbarrier.wait(v_ready.index(last), ((it - 1) // STAGES) & 1)
+        _my_turn(turn, turns, WG, PINGPONG)
+        acc = warpgroup_mma(p_prev, v_ring.index(last), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_free.index(last), count=1)
+
+        # O = acc / l and L = m + log(l), straight from registers (rows past N_QUERIES dropped)
+        o_rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+        o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+        seq = bh.to(gl.int64) * N_QUERIES
+        gl.store(
+            O + (seq + o_rows[:, None]) * D + cols[None, :],
+            o.to(O.dtype.element_ty),
+            mask=(o_rows < N_QUERIES)[:, None],
+        )
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
+        gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
+        return it, turns + 1
+
+    @gluon.jit
     def _softmax_partition(
         O,
         L,
@@ -255,133 +317,26 @@ if HAVE_GLUON:
         buffers,
         WG: gl.constexpr,
         D: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr,
         IS_CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr,
     ):
-        """Warpgroup WG: rows q_start + WG * ROWS ... + ROWS - 1 of each of the program's query tiles."""
+        """Warpgroup WG: its rows of each query tile the program takes."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
-        q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
-        WARPGROUPS: gl.constexpr = q_smem.type.shape[0]
-        ROWS: gl.constexpr = q_smem.type.shape[1]
-        s_layout: gl.constexpr = _acc_layout(BLOCK_N)
-        o_layout: gl.constexpr = _acc_layout(D)
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-        s0 = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-        q = q_smem.index(WG)
-        it = 0
-        done = 0
+        WARPGROUPS: gl.constexpr = buffers[0].type.shape[0]
+        ROWS: gl.constexpr = buffers[0].type.shape[1]
+        BLOCK_N: gl.constexpr = buffers[1].type.shape[1]
+        it = 0  # key tiles so far, over all query tiles: the ring position
+        done = 0  # query tiles so far
         turns = 0  # sets of products issued (PINGPONG's turns taken)
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
-            idx, bh, q_start, n_tiles, n_unmasked = _work_item(
-                r, n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL
-            )
+            idx, bh, q_start, n_tiles, n_unmasked = _work_item(r, sizes, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL)
             if idx < n_tiles_m * N_SEQS:
-                rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
-                m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-                l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-                acc = gl.zeros([ROWS, D], gl.float32, layout=o_layout)
-
-                # Key tile 0: S_0 alone (no P V before it); masked if it is the diagonal or the last.
-                mbarrier.wait(q_ready, done & 1)
-                slot = it % STAGES
-                mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
-                _my_turn(turn, turns, WG, PINGPONG)
-                s = warpgroup_mma(q, k_ring.index(slot).permute((1, 0)), s0, use_acc=False, is_async=True)
-                _pass_turn(turn, WG, PINGPONG)
-                turns += 1
-                s = warpgroup_mma_wait(0, deps=[s])
-                mbarrier.arrive(k_free.index(slot), count=1)
-                if n_unmasked > 0:
-                    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, False, IS_CAUSAL)
-                else:
-                    p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, N_KEYS, qk_scale, True, IS_CAUSAL)
-                p_prev = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
-
-                for j in range(1, n_unmasked):  # whole tiles every row sees: no mask
-                    acc, p_prev, m_i, l_i = _softmax_step(
-                        j,
-                        it + j,
-                        acc,
-                        p_prev,
-                        m_i,
-                        l_i,
-                        s0,
-                        q,
-                        k_ring,
-                        v_ring,
-                        k_ready,
-                        k_free,
-                        v_ready,
-                        v_free,
-                        turn,
-                        turns + j - 1,
-                        rows,
-                        N_KEYS,
-                        qk_scale,
-                        WG,
-                        STAGES,
-                        False,
-                        IS_CAUSAL,
-                        PINGPONG,
-                    )
-                for j in range(gl.maximum(n_unmasked, 1), n_tiles):  # the diagonal and the ragged last tile
-                    acc, p_prev, m_i, l_i = _softmax_step(
-                        j,
-                        it + j,
-                        acc,
-                        p_prev,
-                        m_i,
-                        l_i,
-                        s0,
-                        q,
-                        k_ring,
-                        v_ring,
-                        k_ready,
-                        k_free,
-                        v_ready,
-                        v_free,
-                        turn,
-                        turns + j - 1,
-                        rows,
-                        N_KEYS,
-                        qk_scale,
-                        WG,
-                        STAGES,
-                        True,
-                        IS_CAUSAL,
-                        PINGPONG,
-                    )
-                mbarrier.arrive(q_free, count=1)  # every S of this tile is done: the loader may bring the next Q
-
-                it += n_tiles
-                turns += n_tiles - 1
-                last = (it - 1) % STAGES  # the last key tile's P V
-                mbarrier.wait(v_ready.index(last), ((it - 1) // STAGES) & 1)
-                _my_turn(turn, turns, WG, PINGPONG)
-                acc = warpgroup_mma(p_prev, v_ring.index(last), acc, is_async=True)
-                _pass_turn(turn, WG, PINGPONG)
-                turns += 1
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(v_free.index(last), count=1)
+                work = (bh, q_start, n_tiles, n_unmasked, it, done, turns)
+                it, turns = _softmax_tile(O, L, qk_scale, work, sizes, buffers, WG, D, IS_CAUSAL, PINGPONG)
                 done += 1
 
-                # O = acc / l and L = m + log(l), straight from registers (rows past N_QUERIES dropped)
-                o_rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-                cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-                o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-                seq = bh.to(gl.int64) * N_QUERIES
-                gl.store(
-                    O + (seq + o_rows[:, None]) * D + cols[None, :],
-                    o.to(O.dtype.element_ty),
-                    mask=(o_rows < N_QUERIES)[:, None],
-                )
-                lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
-                gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
-
     @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
-    def _attn_fwd_ws(
+    def _attn_fwd_gluon(
         Q,
         K,
         V,
@@ -432,9 +387,9 @@ if HAVE_GLUON:
         if WARPGROUPS == 2:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
+                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 1],  # warps: warpgroup 1, the loader
                 [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -442,10 +397,10 @@ if HAVE_GLUON:
         else:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, BLOCK_N, STAGES, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, STAGES, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, IS_CAUSAL, PINGPONG)),
+                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 4, 1],  # warps: warpgroups 1 and 2, the loader
                 [REGISTERS, REGISTERS, 24],
@@ -460,24 +415,16 @@ def supported(q):
         and not INTERPRET
         and q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
-        and q.shape[-1] in CONFIGS
+        and q.shape[-1] in (64, 128)
         and capability(q.device) == (9, 0)
     )
 
 
-def programs(n_q, n_seqs, d, device, persistent=True, warpgroups=None):
-    """Programs to launch: one per SM (persistent: each takes query tiles in turn until none are
-    left), or fewer when there are fewer query tiles; persistent=False: one per query tile."""
+def programs(n_q, n_seqs, d, device, warpgroups=None):
+    """Programs to launch: one per SM, each taking query tiles in turn until none are left, or
+    fewer when there are fewer query tiles."""
     tiles = triton.cdiv(n_q, (warpgroups or CONFIGS[d]["WARPGROUPS"]) * ROWS) * n_seqs
-    if not persistent:
-        return tiles
     return min(tiles, properties(device).multi_processor_count)
-
-
-def label(d):
-    """The configuration as the benchmark's tables name it."""
-    config = CONFIGS[d]
-    return f"gluon {config['WARPGROUPS']}x{ROWS}x{BLOCK_N} s{config['STAGES']}"
 
 
 def group_size(n_seqs, n_q, d, is_causal):
@@ -486,19 +433,19 @@ def group_size(n_seqs, n_q, d, is_causal):
     return 1 if is_causal and d == 128 and n_q >= SEQUENCE_MAJOR_FROM else n_seqs
 
 
-def launch(q, k, v, o, lse, is_causal, config=None, persistent=True, group=None):
+def launch(q, k, v, o, lse, is_causal, config=None, group=None):
     """O and L of (BH, N, D) contiguous q, k, v into o, lse through Triton's own launch path (part 5's
-    flash_forward launches the same kernel through its Launch): for studies of other configurations.
+    flash_forward launches the same kernel through its Launch). config: CONFIGS[D] unless given;
     group: the causal order's sequences side by side (group_size's unless given)."""
     n_seqs, n_q, d = q.shape
     meta = constexprs(d, is_causal, config)
-    grid = (programs(n_q, n_seqs, d, q.device, persistent, meta["WARPGROUPS"]),)
+    grid = (programs(n_q, n_seqs, d, q.device, meta["WARPGROUPS"]),)
     group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
     if group < 1:
         raise ValueError(f"group: at least one sequence side by side, got {group}")
-    _attn_fwd_ws[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, d**-0.5, **meta)
+    _attn_fwd_gluon[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, d**-0.5, **meta)
 
 
 def constexprs(d, is_causal, config=None):
-    """_attn_fwd_ws's compile-time arguments for head dim d (config: CONFIGS[d] unless given)."""
+    """_attn_fwd_gluon's compile-time arguments for head dim d (config: CONFIGS[d] unless given)."""
     return dict(D=d, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal, ROWS=ROWS, **(config or CONFIGS[d]))

@@ -3,45 +3,45 @@ does it.
 
 Part 4's backward walks the scores twice: _attn_bwd_dkdv (one program per key tile) and
 _attn_bwd_dq (one per query tile) each recompute S = Q K^T and dP = dO V^T, seven matrix products
-per tile pair where five would do. This kernel makes the five once:
+per tile pair where five would do. This kernel makes the five once. It is built an idea at a time
+(steps/, make diff PART=5 STEP=bwd1, STEP=bwd2, ...), and each step adds its line here:
 
-- a program holds 128 keys, 64 per warpgroup (two warpgroups), and one loader warp, in partitions
-  of warps (gl.warp_specialize). The loader brings the program's K and V once, then Q_i and dO_i,
-  64 queries at a time, into a ring of STAGES buffers (mbarriers q_ready/q_free, do_ready/do_free),
-  each with its row statistic (L_i * log2(e) with Q_i, D_i with dO_i): the warpgroups read those
-  from shared memory, not global memory, whose latency was their top stall;
-- each warpgroup, for its 64 keys: S^T = K Q_i^T and dP^T = V dO_i^T (wgmma, in flight together),
-  P^T = exp2(S^T * scale * log2(e) - L_i * log2(e)), dV += P^T dO_i with P^T in registers as the
-  A operand, dS^T = P^T (dP^T - D_i), dK += dS^T Q_i;
-- dQ_i = dS K sums over every key: the two warpgroups put their dS^T in shared memory (an mbarrier,
-  ds_ready, says both have), then at D = 128 warpgroup w multiplies dS by K's columns 64w ... 64w +
-  63, and at D = 64 the warpgroups take turns, one making the whole dQ_i from both halves of dS
-  (one add per query tile, not one per warpgroup); each adds its 64 x 64 float32 result into a float32 dQ in global memory with a TMA reduce
-  (cp.reduce.async.bulk: the add happens in L2, no atomics instruction per element). Programs for
-  different key tiles add into the same rows in any order, so dQ's last bits can differ from run
-  to run (part 4's two-kernel backward is bitwise repeatable);
-- the float32 dQ is kept in fragment order (as FlashAttention-3 keeps its dQ accumulator): each
+- bwd1: one pass. A program holds 128 keys, 64 per warpgroup (two warpgroups), and one loader warp
+  (gl.warp_specialize), which brings the program's K and V once, then Q_i and dO_i, 64 queries at
+  a time, into a ring of STAGES buffers. Each warpgroup, for its 64 keys: S^T = K Q_i^T and
+  dP^T = V dO_i^T (in flight together), P^T = exp2(S^T * scale * log2(e) - L_i * log2(e)),
+  dV += P^T dO_i (P^T in registers as wgmma's A operand), dS^T = P^T (dP^T - D_i), dK += dS^T Q_i;
+  dK and dV stay in registers for the whole walk. dQ_i = dS K sums over every key: the warpgroups
+  put their dS^T in shared memory (the mbarrier ds_ready says both have), and at D = 128 warpgroup
+  w multiplies dS by K's columns 64w ... 64w + 63, at D = 64 each its own dS^T by its own keys;
+  each adds its 64 x 64 float32 result into a float32 dQ in global memory with a TMA reduce-add
+  (cp.reduce.async.bulk: the add happens in L2, no atomic instruction per element). Programs add
+  into the same rows in any order, so dQ's last bits can differ from run to run (part 4's two
+  kernels are bitwise repeatable). A small tl kernel first writes D_i = rowsum(dO_i * O_i) and
+  L_i * log2(e), padded with zeros to whole query tiles (no masks in the inner loop), and zeroes
+  the float32 dQ; another writes it out in Q's dtype at the end (times the softmax scale).
+- bwd2: the row statistics come with the tiles: the loader brings L_i * log2(e) with Q_i and D_i
+  with dO_i by TMA, so the warpgroups read them from shared memory, not global memory, whose
+  latency was their top stall.
+- bwd3: the float32 dQ in fragment order, as FlashAttention-3 keeps its dQ accumulator: each
   64 x 64 block in the order a warpgroup's registers hold it (_fragment_order), so that a thread
-  stores its values four at a time to consecutive addresses, with no swizzle to compute and no bank
-  conflicts, and the TMA add copies 16 KB as they lie;
-- a small tl kernel first writes D_i = rowsum(dO_i * O_i) and L_i * log2(e), padded with zeros to
-  whole query tiles (no masks in the inner loop), and zeroes the float32 dQ; another puts it back
-  in row order and Q's dtype at the end (times the softmax scale).
-
-At D = 128 a warpgroup's dK and dV (four 64 x 64 float32 accumulators) take 128 of its 240
-registers, S^T and dP^T 64 more: what the compiler hoists out of the loop (the wgmma descriptors of
-K's and V's buffers, one per 16-column step) then spilled to local memory and was loaded back
-before each product. The loop indexes those buffers with a zero the compiler cannot see
-(ADDRESSES_IN_LOOP), so they are worked out where they are used; no spills are left without a
-mask, and the causal kernel's are fewer.
+  stores its values four at a time to consecutive addresses, with no swizzle to work out and no
+  bank conflicts, and the TMA add copies 16 KB as they lie; the last kernel puts the rows back.
+- bwd4: registers. At D = 128 a warpgroup's dK and dV (four 64 x 64 float32 accumulators) take 128
+  of its 240 registers, S^T and dP^T 64 more: what the compiler hoists out of the loop (the wgmma
+  descriptors of K's, V's and dS^T's buffers, one per 16-column step) then spilled to local memory
+  and was loaded back before each product. The loop indexes those buffers with a zero the
+  compiler cannot see (z), so they are worked out where they are used: fewer spills.
+- bwd5: at D = 64 the warpgroups take turns making dQ_i from both halves of dS: one add per query
+  tile, not one per warpgroup.
+- bwd6: the order of the programs (ORDER, default_order): which rows are in L2 when the adds
+  arrive.
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
-`flash_attention.py` sends the calls this kernel is measured faster on to it (ROUTE, from
-results/h200/part5_gluon_bwd.csv: D = 64 and 128, causal and not, with the programs in
-default_order's order) and
-keeps part 4's kernels for the rest (other head dims, fp32, other GPUs, the interpreter,
-atomic_dq=True, and torch.use_deterministic_algorithms(True): this kernel's dQ bits vary).
+`flash_attention.py` sends the calls it supports here (16-bit, D = 64 or 128, a Hopper GPU: measured
+faster than part 4's two kernels at every N, results/h200/part5_gluon_bwd.csv) and keeps part 4's
+kernels for the rest, and for torch.use_deterministic_algorithms(True): this kernel's dQ bits vary.
 """
 
 import math
@@ -87,9 +87,12 @@ BLOCK_M = 64  # queries per step
 STAGES = 2  # Q/dO ring depth: smem at D = 128: K, V 64 KB, Q, dO 64 KB, dS 16 KB, dQ 2 x 32 KB, stats 1 KB
 DQ_BUFFERS = 2  # float32 dQ staging buffers per warpgroup: one can be read by TMA while the next is written
 REGISTERS = 240  # per thread of warpgroup 1 (setmaxnreg); the loader keeps 24, warpgroup 0 the rest
-# (D, causal) that flash_backward sends here: those where tools/gluon_study.py --backward measures this
-# kernel faster than part 4's two at every N (results/h200/part5_gluon_bwd.csv).
-ROUTE = {(64, False), (64, True), (128, False), (128, True)}
+# The float32 dQ's fragment order: a 64 x 64 block (r, c) split by bits as FRAGMENT_SPLIT (row bits
+# 5, 4, 3, 0-2, column bits 3-5, 1-2, 0), then its axes in FRAGMENT_ORDER: column bits 3-5 (the
+# register pairs' 8-column steps), row bits 5, 4 (the warp), 0-2, column bits 1-2 (the lane), row
+# bit 3 and column bit 0 (a thread's four consecutive values) - how wgmma deals the block out.
+FRAGMENT_SPLIT = (2, 2, 2, 8, 8, 4, 2)
+FRAGMENT_ORDER = (4, 0, 1, 3, 5, 2, 6)
 # The order of the programs. SEQUENCE_MINOR: program p takes sequence p mod N_SEQS, so the programs
 # running at once touch every sequence's Q, dO and float32 dQ. SEQUENCE_MAJOR numbers one sequence's
 # key blocks side by side, so its Q, dO and dQ can stay in L2 while they run. GROUPED takes the
@@ -102,12 +105,6 @@ ROUTE = {(64, False), (64, True), (128, False), (128, True)}
 # and grouped from there (1-9% faster than sequence-minor).
 SEQUENCE_MINOR, SEQUENCE_MAJOR, GROUPED = (tl.constexpr(i) for i in range(3))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
-# The float32 dQ's fragment order: a 64 x 64 block (r, c) split by bits as FRAGMENT_SPLIT (row bits
-# 5, 4, 3, 0-2, column bits 3-5, 1-2, 0), then its axes in FRAGMENT_ORDER: column bits 3-5 (the
-# register pairs' 8-column steps), row bits 5, 4 (the warp), 0-2, column bits 1-2 (the lane), row
-# bit 3 and column bit 0 (a thread's four consecutive values) - how wgmma deals the block out.
-FRAGMENT_SPLIT = (2, 2, 2, 8, 8, 4, 2)
-FRAGMENT_ORDER = (4, 0, 1, 3, 5, 2, 6)
 GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2 (60 MiB as the driver reports it, results/h200/part2_device.json)
 
@@ -141,24 +138,16 @@ if HAVE_GLUON:
         return gl.convert_layout(x.reshape([16, 256]), _flat_layout(), assert_trivial=True)
 
     @gluon.jit
-    def _load_tile(
-        desc,
-        stat_desc,
-        ring,
-        stat_ring,
-        ready,
-        free,
-        slot,
-        phase,
-        bh,
-        q_start,
-        padded,
-        D: gl.constexpr,
-        BLOCK_M: gl.constexpr,
-    ):
-        """Once buffer `slot` is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks and its row
-        statistic (L_i * log2(e) or D_i), all on one barrier."""
+    def _load_tile(descs, rings, ready, free, i, bh, q_start, padded, D: gl.constexpr):
+        """Query tile i, once its ring slot is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks
+        and its row statistic (L_i * log2(e) or D_i), all on one barrier."""
+        desc, stat_desc = descs
+        ring, stat_ring = rings
         CHUNKS: gl.constexpr = D // 64
+        BLOCK_M: gl.constexpr = ring.type.shape[1]
+        STAGES: gl.constexpr = ring.type.shape[0] // CHUNKS
+        slot = i % STAGES
+        phase = (i // STAGES) & 1
         mbarrier.wait(free.index(slot), phase ^ 1)
         mbarrier.expect(ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
         for c in gl.static_range(CHUNKS):
@@ -178,7 +167,6 @@ if HAVE_GLUON:
         loads,
         D: gl.constexpr,
         BLOCK_M: gl.constexpr,
-        STAGES: gl.constexpr,
     ):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
         each as soon as its buffer is free."""
@@ -203,25 +191,9 @@ if HAVE_GLUON:
                 tma_load(k_desc, [bh, k_start + w * 64, c * 64], kv_ready, k_smem.index(c * 2 + w).reshape([1, 64, 64]))
                 tma_load(v_desc, [bh, k_start + w * 64, c * 64], kv_ready, v_smem.index(c * 2 + w).reshape([1, 64, 64]))
         for i in range(n_q_tiles):
-            slot = i % STAGES
-            phase = (i // STAGES) & 1
             q_start = q_lo + i * BLOCK_M
-            _load_tile(q_desc, l2_desc, q_ring, l2_ring, q_ready, q_free, slot, phase, bh, q_start, padded, D, BLOCK_M)
-            _load_tile(
-                do_desc,
-                delta_desc,
-                do_ring,
-                delta_ring,
-                do_ready,
-                do_free,
-                slot,
-                phase,
-                bh,
-                q_start,
-                padded,
-                D,
-                BLOCK_M,
-            )
+            _load_tile((q_desc, l2_desc), (q_ring, l2_ring), q_ready, q_free, i, bh, q_start, padded, D)
+            _load_tile((do_desc, delta_desc), (do_ring, delta_ring), do_ready, do_free, i, bh, q_start, padded, D)
 
     @gluon.jit
     def _add_dq(
@@ -255,32 +227,17 @@ if HAVE_GLUON:
         mbarrier.arrive(do_free.index(slot), count=1)
 
     @gluon.jit
-    def _bwd_step(
-        i,
-        dk0,
-        dk1,
-        dv0,
-        dv1,
-        sizes,
-        loads,
-        exchange,
-        dq_desc,
-        k_pos,
-        qk_scale,
-        WG: gl.constexpr,
-        D: gl.constexpr,
-        BLOCK_M: gl.constexpr,
-        STAGES: gl.constexpr,
-        DQ_BUFFERS: gl.constexpr,
-        MASKED: gl.constexpr,
-        ADDRESSES_IN_LOOP: gl.constexpr,
-    ):
-        """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (two
+    def _bwd_step(i, accs, sizes, loads, exchange, dq_desc, k_pos, qk_scale, WG: gl.constexpr, MASKED: gl.constexpr):
+        """Query tile i against this warpgroup's 64 keys: dK and dV accumulate in registers (accs: two
         64-column chunks each at D = 128), dQ_i's share goes out by TMA."""
+        dk0, dk1, dv0, dv1 = accs
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         ds_smem, ds_ready, ds_free, dq_smem = exchange
-        CHUNKS: gl.constexpr = D // 64
+        CHUNKS: gl.constexpr = k_smem.type.shape[0] // 2  # 64-column chunks: D // 64
+        BLOCK_M: gl.constexpr = q_ring.type.shape[1]
+        STAGES: gl.constexpr = q_ring.type.shape[0] // CHUNKS
+        DQ_BUFFERS: gl.constexpr = dq_smem.type.shape[0] // 2
         slot = i % STAGES
         phase = (i // STAGES) & 1
         s_layout: gl.constexpr = _acc_layout(BLOCK_M)
@@ -292,11 +249,8 @@ if HAVE_GLUON:
 
         # K's, V's and dS^T's buffers are indexed with z, zero but not to the compiler: hoisted out
         # of the loop, their wgmma descriptors and store addresses (one per 16-column step) were
-        # held in registers across it, and spilled at D = 128. ADDRESSES_IN_LOOP=False: hoisted.
-        if ADDRESSES_IN_LOOP:
-            z = i >> 30  # 0: there are fewer than 2**30 query tiles
-        else:
-            z = 0
+        # held in registers across it, and spilled at D = 128.
+        z = i >> 30  # 0: there are fewer than 2**30 query tiles
         mbarrier.wait(q_ready.index(slot), phase)
         s = warpgroup_mma(
             k_smem.index(WG + z), q_ring.index(slot * CHUNKS).permute((1, 0)), s0, use_acc=False, is_async=True
@@ -363,15 +317,7 @@ if HAVE_GLUON:
         return dk0, dk1, dv0, dv1
 
     @gluon.jit
-    def _bwd_partition(
-        work,
-        WG: gl.constexpr,
-        D: gl.constexpr,
-        BLOCK_M: gl.constexpr,
-        STAGES: gl.constexpr,
-        DQ_BUFFERS: gl.constexpr,
-        ADDRESSES_IN_LOOP: gl.constexpr,
-    ):
+    def _bwd_partition(work, WG: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr):
         """Warpgroup WG: keys k_start + 64 WG ... + 63 against every query tile that sees them. work:
         what both warpgroups share (outputs, scale, masked tiles, sizes, loads, exchange)."""
         outs, scale, n_masked, sizes, loads, exchange = work
@@ -388,48 +334,12 @@ if HAVE_GLUON:
         rows = N_SEQS * gl.cdiv(N_QUERIES, BLOCK_M) * (D // 64) * 16  # 64 x 64 blocks of 16 x 256 in fragment order
         dq_desc = tma.make_tensor_descriptor(DQ, [rows, 256], [256, 1], [16, 256], f32)
         mbarrier.wait(loads[6], 0)  # kv_ready
+        accs = (dk0, dk1, dv0, dv1)
         for i in range(0, n_masked):
-            dk0, dk1, dv0, dv1 = _bwd_step(
-                i,
-                dk0,
-                dk1,
-                dv0,
-                dv1,
-                sizes,
-                loads,
-                exchange,
-                dq_desc,
-                k_pos,
-                qk_scale,
-                WG,
-                D,
-                BLOCK_M,
-                STAGES,
-                DQ_BUFFERS,
-                True,
-                ADDRESSES_IN_LOOP,
-            )
+            accs = _bwd_step(i, accs, sizes, loads, exchange, dq_desc, k_pos, qk_scale, WG, True)
         for i in range(n_masked, n_q_tiles):
-            dk0, dk1, dv0, dv1 = _bwd_step(
-                i,
-                dk0,
-                dk1,
-                dv0,
-                dv1,
-                sizes,
-                loads,
-                exchange,
-                dq_desc,
-                k_pos,
-                qk_scale,
-                WG,
-                D,
-                BLOCK_M,
-                STAGES,
-                DQ_BUFFERS,
-                False,
-                ADDRESSES_IN_LOOP,
-            )
+            accs = _bwd_step(i, accs, sizes, loads, exchange, dq_desc, k_pos, qk_scale, WG, False)
+        dk0, dk1, dv0, dv1 = accs
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
@@ -442,7 +352,7 @@ if HAVE_GLUON:
             gl.store(DV + offs + 64, dv1.to(DV.dtype.element_ty), mask=keep)
 
     @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
-    def _attn_bwd_ws(
+    def _attn_bwd_gluon(
         Q,
         K,
         V,
@@ -464,7 +374,6 @@ if HAVE_GLUON:
         IS_CAUSAL: gl.constexpr,
         REGISTERS: gl.constexpr,
         ORDER: gl.constexpr,
-        ADDRESSES_IN_LOOP: gl.constexpr,
     ):
         CHUNKS: gl.constexpr = D // 64
         pid = gl.program_id(0)
@@ -524,9 +433,9 @@ if HAVE_GLUON:
         work = (outs, scale, n_masked, sizes, loads, exchange)
         gl.warp_specialize(
             [
-                (_bwd_partition, (work, 0, D, BLOCK_M, STAGES, DQ_BUFFERS, ADDRESSES_IN_LOOP)),
-                (_bwd_partition, (work, 1, D, BLOCK_M, STAGES, DQ_BUFFERS, ADDRESSES_IN_LOOP)),
-                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M, STAGES)),
+                (_bwd_partition, (work, 0, D, BLOCK_M)),
+                (_bwd_partition, (work, 1, D, BLOCK_M)),
+                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
             [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -583,25 +492,22 @@ def from_fragment_order(dq32, n_q):
     return rows.transpose(3, 4).reshape(n_seqs, padded, d)[:, :n_q]
 
 
-def supported(q, is_causal, route=True):
-    """Whether this backward can run q's call (Gluon compiled, not the interpreter, bf16 or fp16,
-    D = 64 or 128, a Hopper GPU) and, with route, whether flash_backward sends it here (ROUTE)."""
-    d = q.shape[-1]
+def supported(q):
+    """Whether this backward can run q's call: Gluon compiled (not the interpreter), bf16 or fp16,
+    D = 64 or 128, on a Hopper GPU (sm_90: wgmma and TMA as this kernel uses them)."""
     return (
         HAVE_GLUON
         and not INTERPRET
         and q.is_cuda
         and q.dtype in (torch.bfloat16, torch.float16)
-        and d in (64, 128)
-        and (not route or (d, is_causal) in ROUTE)
+        and q.shape[-1] in (64, 128)
         and capability(q.device) == (9, 0)
     )
 
 
-def constexprs(d, is_causal, order=None, n_q=0, addresses_in_loop=True):
-    """_attn_bwd_ws's compile-time arguments for head dim d, the programs in `order` (by default
-    default_order(is_causal, n_q)); addresses_in_loop=False: the operand addresses hoisted out of the
-    loop, as the compiler does by itself (tools/gluon_study.py --backward measures both)."""
+def constexprs(d, is_causal, order=None, n_q=0):
+    """_attn_bwd_gluon's compile-time arguments for head dim d, the programs in `order` (by default
+    default_order(is_causal, n_q))."""
     order = default_order(is_causal, n_q) if order is None else order
     return dict(
         D=d,
@@ -611,7 +517,6 @@ def constexprs(d, is_causal, order=None, n_q=0, addresses_in_loop=True):
         IS_CAUSAL=is_causal,
         REGISTERS=REGISTERS,
         ORDER=order,
-        ADDRESSES_IN_LOOP=addresses_in_loop,
     )
 
 
@@ -633,23 +538,20 @@ class Plan:
     of the same shapes (a training loop) reuses it and pays only for its allocations and launches.
 
     q_shape, k_shape: the shapes of the caller's Q and K, (BH, N, D) or (..., N, D); the gradients come
-    back in them. order: ORDER's program order (None: default_order). addresses_in_loop: as
-    constexprs() takes it."""
+    back in them. order: ORDER's program order (None: default_order)."""
 
-    def __init__(
-        self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET, addresses_in_loop=True
-    ):
+    def __init__(self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET):
         n_q, n_k, d = q_shape[-2], k_shape[-2], q_shape[-1]
         n_seqs = math.prod(q_shape[:-2])
         self.device, self.dtype = device, dtype
         self.q_shape, self.k_shape = tuple(q_shape), tuple(k_shape)
         self.stats_shape = (2, n_seqs, -(-n_q // BLOCK_M) * BLOCK_M)  # L * log2(e) and D_i, whole tiles
         self.dq32_shape = (n_seqs, -(-n_q // BLOCK_M) * BLOCK_M, d)  # whole tiles, in fragment order
-        self.meta = constexprs(d, is_causal, order, n_q, addresses_in_loop)
+        self.meta = constexprs(d, is_causal, order, n_q)
         n_prepare, n_main = -(-n_q // BLOCK_M) * n_seqs, -(-n_k // BLOCK_N) * n_seqs
         self.prepare = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
         group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
-        self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"]), addresses_in_loop), lambda _: n_main)
+        self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"])), lambda _: n_main)
         self.main_args = (n_q, n_k, n_seqs, group, d**-0.5)
         self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs, d**-0.5), dict(D=d, BLOCK_M=BLOCK_M))
 
@@ -672,12 +574,12 @@ class Plan:
         return dq, dk, dv
 
 
-def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET, addresses_in_loop=True):
-    """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_ws,
+def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
+    """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_gluon,
     _dq_convert (a Plan for these shapes, used once). launchers: the three as callables with the
     signature of part 5's Launch (flash_backward passes its own, which skip Triton's per-call
     Python); None: Triton's own launch path (the studies and tests). l2_budget: what GROUPED fits a
     group of sequences in (group_size)."""
-    launchers = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_ws), _triton_path(_dq_convert))
-    plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget, addresses_in_loop)
+    launchers = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_gluon), _triton_path(_dq_convert))
+    plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget)
     return plan.run(q, k, v, o, do, lse, launchers)

@@ -423,7 +423,7 @@ m = parts.load(part)
 kernels = [m._attn_bwd_preprocess, m._attn_bwd_dkdv, m._attn_bwd_dq]
 if part == 5:
     from part5_profiling import gluon_backward as g
-    kernels += [g._bwd_prepare, g._attn_bwd_ws, g._dq_convert]
+    kernels += [g._bwd_prepare, g._attn_bwd_gluon, g._dq_convert]
 threads = []
 for kernel in kernels:  # every compile of a backward kernel, by the name of its thread
     fn = triton_tools.jit_function(kernel)

@@ -3,15 +3,11 @@ that they compile for Hopper on any machine, and, on a Hopper GPU, the cases the
 the rest of the suite (which already runs them: every bf16/fp16 call at D = 64 or 128 there goes to
 them), and the backward in every program order."""
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from common import ROOT, parts
+from common import parts
 from common.check import check_outputs, check_part
 from common.inputs import STRESS_SCALE, Shape, make_inputs
 from tests.helpers import DEVICE, HOPPER, INTERPRET, assert_report_ok, deterministic_algorithms, needs_hopper
@@ -38,61 +34,6 @@ def test_routing_by_what_ran(part, is_causal):
             with deterministic_algorithms():
                 part5.flash_backward(q, k, v, o, lse, do, is_causal)
                 assert part5.backward_label() == "tl", f"{dtype} D={d}, deterministic"
-
-
-COMPILE = """
-import json, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
-from part5_profiling import gluon_attention as ga
-fn, rows = ga._attn_fwd_ws, []
-types = dict(Q="*bf16", K="*bf16", V="*bf16", O="*bf16", L="*fp32", scale="fp32")
-for d in (64, 128):
-    for causal in (False, True):
-        for pingpong in (ga.CONFIGS[d]["PINGPONG"], not ga.CONFIGS[d]["PINGPONG"]):
-            cx = dict(D=d, BLOCK_N=ga.BLOCK_N, IS_CAUSAL=causal, ROWS=ga.ROWS, **dict(ga.CONFIGS[d], PINGPONG=pingpong))
-            sig = {n: "constexpr" if n in cx else types.get(n, "i32") for n in fn.arg_names}
-            k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx), target=GPUTarget("cuda", 90, 32),
-                               options=dict(num_warps=4))
-            ptx = k.asm["ptx"]
-            rows.append(dict(d=d, causal=causal, pingpong=pingpong, warps=k.metadata.num_warps, smem=k.metadata.shared,
-                             ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
-                             tma=ptx.count("cp.async.bulk.tensor.3d"), waits=ptx.count("mbarrier.try_wait")))
-print(json.dumps(rows))
-"""
-
-
-def _compiled_rows(script):
-    """The rows a compile script prints, run in a fresh process with Triton's compiler on (the
-    suite's own process may be under the interpreter)."""
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_gluon_kernel_compiles_for_hopper(part):
-    """Compiled for sm_90 in a fresh process with the compiler on (Triton's compiler and ptxas run
-    on the CPU): the loader and softmax warpgroups are there, and so are wgmma and 3-D TMA copies;
-    with PINGPONG (part 5's at D = 64, tried at D = 128 too) each softmax warpgroup waits for its
-    turn at four places more (the first tile's S, each loop's step, the last P V), and nothing else
-    changes in the products."""
-    from part5_profiling import gluon_attention
-
-    rows = _compiled_rows(COMPILE)
-    for row in rows:
-        warpgroups = gluon_attention.CONFIGS[row["d"]]["WARPGROUPS"]
-        assert row["ws"], row
-        assert row["warps"] == 4 * (warpgroups + 1), row  # the softmax warpgroups and the loader's, padded
-        assert row["smem"] <= 227 * 1024, row
-        assert row["wgmma"] > 0 and row["tma"] > 0, row
-    by = {(r["d"], r["causal"], r["pingpong"]): r for r in rows}
-    for d, causal, _ in by:
-        free, turns = by[d, causal, False], by[d, causal, True]
-        warpgroups = gluon_attention.CONFIGS[d]["WARPGROUPS"]
-        assert turns["waits"] - free["waits"] == 4 * warpgroups, (free, turns)
-        assert (turns["wgmma"], turns["tma"]) == (free["wgmma"], free["tma"]), (free, turns)
 
 
 # More query tiles than programs (persistent: each program takes several, in alternating order),
@@ -143,17 +84,16 @@ def test_gluon_pingpong_changes_no_bit(part, shape, is_causal):
     """The warpgroups taking turns at the tensor cores (PINGPONG) reorder only when each issues its
     products: every warpgroup's arithmetic is its own, so O and L are the same bits as with the
     warpgroups free, for each number of warpgroups the head dim fits, ragged and multi-round grids too."""
-    from part5_profiling.tools.gluon_study import REGISTERS
-
     part5 = parts.load(part)
     ga = part5.gluon_attention
+    registers = {c["WARPGROUPS"]: c["REGISTERS"] for c in ga.CONFIGS.values()}  # per extra warpgroup
     q, k, v, _ = make_inputs(shape, torch.bfloat16, DEVICE, seed=shape.n_k)
     q, k, v = (t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous() for t in (q, k, v))
     d = q.shape[-1]
     for warpgroups in (2, 3) if d == 64 else (2,):
         outs = []
         for pingpong in (False, True):
-            config = dict(ga.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=REGISTERS[warpgroups], PINGPONG=pingpong)
+            config = dict(ga.CONFIGS[d], WARPGROUPS=warpgroups, REGISTERS=registers[warpgroups], PINGPONG=pingpong)
             o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
             ga.launch(q, k, v, o, lse, is_causal, config)
             outs.append((o, lse))
@@ -190,53 +130,6 @@ def test_float32_keeps_the_tl_forward(part):
     assert not part5.forward_config().startswith("gluon"), "float32 should run _attn_fwd (Gluon takes 16-bit inputs)"
 
 
-# ---------------------------------------------------------------------------- the Gluon backward
-COMPILE_BWD = """
-import json
-from part5_profiling import gluon_backward as gb
-from part5_profiling.tools import compiled
-rows = []
-orders = [(d, causal, gb.ORDER[causal]) for d in (64, 128) for causal in (False, True)]
-orders += [(64, False, gb.SEQUENCE_MINOR), (64, True, gb.SEQUENCE_MAJOR), (128, True, gb.GROUPED)]  # the study's others
-for d, causal, order in orders:
-    k = compiled.gluon_backward_kernel(d, causal, order)
-    ptx = k.asm["ptx"]
-    rows.append(dict(d=d, causal=causal, order=int(order), warps=k.metadata.num_warps, smem=k.metadata.shared,
-                     ws="ttg.warp_specialize" in k.asm["ttgir"], wgmma=ptx.count("wgmma.mma_async"),
-                     loads=ptx.count("cp.async.bulk.tensor.3d"), adds=ptx.count("cp.reduce.async.bulk.tensor")))
-print(json.dumps(rows))
-"""
-
-
-def test_gluon_backward_compiles_for_hopper(part):
-    """The backward compiled for sm_90 on any machine: two warpgroups and the loader, wgmma, TMA
-    loads, and dQ's TMA reduce-add (the one instruction whose Gluon wrapper Triton 3.6 lacks)."""
-    for row in _compiled_rows(COMPILE_BWD):
-        assert row["ws"] and row["warps"] == 12, row  # two warpgroups and the loader's, padded to a warpgroup
-        assert row["smem"] <= 227 * 1024, row
-        assert row["wgmma"] > 0 and row["loads"] > 0 and row["adds"] > 0, row
-
-
-COMPILE_SPILLS = """
-import json
-from part5_profiling.tools import compiled
-rows = [dict(compiled.compile_gluon_backward(128, causal, in_loop), in_loop=in_loop)
-        for causal in (False, True) for in_loop in (True, False)]
-print(json.dumps(rows))
-"""
-
-
-def test_gluon_backward_spills_less_with_addresses_in_the_loop(part):
-    """The lesson of ADDRESSES_IN_LOOP, read off the binary compiled for sm_90 (tools/compiled.py
-    --backward): at D = 128 the hoisted operand addresses spill, and working them out in the loop
-    leaves less on the stack, causal or not."""
-    rows = {(r["causal"], r["in_loop"]): r for r in _compiled_rows(COMPILE_SPILLS)}
-    assert all(r["status"] == "ok" for r in rows.values()), rows
-    for causal in (0, 1):
-        in_loop, hoisted = rows[causal, True], rows[causal, False]
-        assert hoisted["stack_bytes"] > 0 and in_loop["stack_bytes"] < hoisted["stack_bytes"], (in_loop, hoisted)
-
-
 def test_gluon_backward_launch_around_the_kernel(part):
     """gluon_backward.launch on any machine, its main kernel replaced by a stand-in that records its
     call: _bwd_prepare writes D_i = rowsum(dO * O) and L * log2(e), zero past N_q up to a whole query
@@ -266,7 +159,7 @@ def test_gluon_backward_launch_around_the_kernel(part):
 
     launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
     dq, _, _ = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
-    assert seen["key"] == (q.device, q.dtype, d, True, int(gb.default_order(True, n_q)), True)
+    assert seen["key"] == (q.device, q.dtype, d, True, int(gb.default_order(True, n_q)))
     assert gb.default_order(True, n_q) == gb.SEQUENCE_MINOR and gb.default_order(True, gb.GROUPED_FROM) == gb.GROUPED
     assert seen["group"] == gb.group_size(n_seqs, n_q, d) == n_seqs  # three short sequences: one group
     mib = 2**20  # Q, dO and float32 dQ: 4 MiB a sequence at N = 4096, D = 128; 16 MiB at 16384
@@ -328,14 +221,14 @@ def test_gluon_backward(part, shape, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 def test_gluon_backward_routing(part, d, is_causal):
     """The kernel at D = 64 and 128, causal and not, on ragged and N_q != N_k shapes; and
-    flash_backward runs it exactly for the calls in ROUTE, part 4's kernels for the rest."""
+    flash_backward runs it for every one of them."""
     part5 = parts.load(part)
     for i, shape in enumerate([Shape((2, 3), 777, 513, d), Shape((2, 2), 200, 450, d), Shape((1, 2), 450, 200, d)]):
         q, k, v, do = make_inputs(shape, torch.bfloat16, DEVICE, seed=20 + i)
         out = _gluon_grads(part5, q, k, v, do, is_causal)
         assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal}")
         part5.flash_backward(q, k, v, out["O"], out["L"], do, is_causal)
-        assert part5.backward_label() == ("gluon" if (d, is_causal) in part5.gluon_backward.ROUTE else "tl")
+        assert part5.backward_label() == "gluon"
 
 
 @needs_hopper

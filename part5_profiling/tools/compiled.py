@@ -10,7 +10,7 @@ for: whether it compiled, whether Triton split the warps into a producer and con
 specialization), how many warps it launches, registers per thread, bytes spilled to the stack, and
 shared memory. The numbers depend on the Triton version (the CSV says which); the H200 runs 3.6.
 
-With --backward: part 5's Gluon backward (gluon_backward._attn_bwd_ws) at each D and mask, with
+With --backward: part 5's Gluon backward (gluon_backward._attn_bwd_gluon) at each D and mask, with
 the shared-memory addresses of K, V and dS^T worked out in the loop (part 5's) and hoisted out of
 it (ADDRESSES_IN_LOOP=False, what the compiler does by itself): its registers and the stack its
 spills take.
@@ -129,7 +129,7 @@ def compile_forward(candidate, d, causal, config):
 
 
 def gluon_backward_kernel(d, causal, order=None, addresses_in_loop=True):
-    """Part 5's Gluon backward (gluon_backward._attn_bwd_ws) compiled for sm_90 at this D and mask,
+    """Part 5's Gluon backward (gluon_backward._attn_bwd_gluon) compiled for sm_90 at this D and mask,
     its programs in `order` (part 5's by default), its operand addresses in the loop or hoisted."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -137,7 +137,7 @@ def gluon_backward_kernel(d, causal, order=None, addresses_in_loop=True):
 
     from part5_profiling import gluon_backward as gb
 
-    fn = gb._attn_bwd_ws
+    fn = gb._attn_bwd_gluon
     constexprs = gb.constexprs(d, causal, order=order, addresses_in_loop=addresses_in_loop)
     signature = {n: "constexpr" if n in constexprs else BWD_TYPES.get(n, "i32") for n in fn.arg_names}
     source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
@@ -146,7 +146,7 @@ def gluon_backward_kernel(d, causal, order=None, addresses_in_loop=True):
 
 def compile_gluon_backward(d, causal, addresses_in_loop):
     """One row: gluon_backward_kernel's registers, stack and shared memory, or why it did not compile."""
-    row = dict(kernel="_attn_bwd_ws", D=d, causal=int(causal), arch=f"sm_{ARCH}")
+    row = dict(kernel="_attn_bwd_gluon", D=d, causal=int(causal), arch=f"sm_{ARCH}")
     try:
         kernel = gluon_backward_kernel(d, causal, addresses_in_loop=addresses_in_loop)
     except Exception as e:
@@ -164,7 +164,7 @@ def run_backward(save=None):
                 row = dict(compile_gluon_backward(d, causal, in_loop), addresses=name, **meta)
                 rows.append(row)
                 print(
-                    f"_attn_bwd_ws D={d:<3} causal={causal:d} addresses {name:<12} {row['status'][:60]:<8} "
+                    f"_attn_bwd_gluon D={d:<3} causal={causal:d} addresses {name:<12} {row['status'][:60]:<8} "
                     f"regs={row.get('registers', '-')} stack={row.get('stack_bytes', '-')}",
                     flush=True,
                 )

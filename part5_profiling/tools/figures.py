@@ -25,6 +25,11 @@ N_TILES = 6  # key tiles in the ring's picture
 # _softmax_step's statements, recognised by a fragment of their source: (kind, what it does, the
 # name of its bar in the timeline). {j} is the step's key tile, {p} the one before it.
 STATEMENTS = [
+    (" = state", None),  # unpacking what the step is given
+    (" = tile", None),
+    (" = buffers", None),
+    ("k_ring.type.shape", None),
+    ("it += j", None),
     ("slot = it % STAGES", None),
     ("prev = (it - 1) % STAGES", None),
     ("mbarrier.wait(k_ready", ("wait", "wait k_ready[slot]: K_{j} has landed", None)),

@@ -1,0 +1,109 @@
+"""The ladders of steps (common/steps.py): patches that apply or say where they do not, names that
+sort as numbers, two ladders in one folder, a fix carried through every later step. The parts'
+own ladders (part 3's, part 5's) are checked where their kernels are tested."""
+
+import difflib
+
+import pytest
+
+from common import parts, steps
+
+
+def test_patch_that_does_not_apply_is_an_error():
+    patch = "--- a\n+++ b\n@@ -2,1 +2,1 @@\n-not this line\n+new\n"
+    with pytest.raises(ValueError, match="does not apply at line 2"):
+        steps.apply_patch("one\ntwo\nthree\n", patch)
+    assert steps.apply_patch("one\ntwo\nthree\n", patch.replace("not this line", "two")) == "one\nnew\nthree\n"
+
+
+def test_patches_with_lines_that_look_like_headers_apply():
+    """Hunks end where their header's counts say, not at the first line that looks like a header:
+    removed '-- x' lines (which print as '--- x'), added '++ y' ones, '@@' inside the text."""
+    before = "keep\n-- x\nold\n@@ not a hunk\nkeep\n" * 3
+    after = before.replace("old\n", "++ y\nnew\n").replace("-- x\n", "", 2)
+    patch = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a", "b", n=1))
+    assert steps.apply_patch(before, patch) == after
+
+
+def _kernel(*extra):
+    """A stand-in kernel file: twelve numbered lines, with extra lines inserted after line 6."""
+    lines = [f"line {i}\n" for i in range(12)]
+    return "".join(lines[:6] + list(extra) + lines[6:])
+
+
+@pytest.fixture
+def fake_part(tmp_path, monkeypatch):
+    """A part 7 with two ladders in its steps/ folder: fwd (a first step that is a whole file, then
+    ten patches, so fwd10 must sort after fwd9) ending at gluon_attention.py, and bwd (one file)."""
+    folder = tmp_path / "part7_fake"
+    (folder / "steps").mkdir(parents=True)
+    monkeypatch.setattr(parts, "folders", lambda: {7: folder})
+    texts = [_kernel()] + [_kernel(*(f"idea {k}\n" for k in range(1, i + 1))) for i in range(1, 11)]
+    (folder / "steps" / "fwd1_first.py").write_text(texts[0])
+    for i in range(1, 11):
+        (folder / "steps" / f"fwd{i + 1}_idea_{i}.diff").write_text("")
+    (folder / "gluon_attention.py").write_text(texts[-1])
+    assert len(steps.write(7, "fwd", [""] + texts)) == 10  # the ten patches, from the sources
+    (folder / "steps" / "bwd1_one_pass.py").write_text("backward\n")
+    (folder / "gluon_backward.py").write_text("backward\n")
+    return folder, texts
+
+
+def test_ladders_sort_by_number_and_rebuild_their_file(fake_part):
+    folder, texts = fake_part
+    found = steps.ladders(folder)
+    assert list(found) == ["fwd", "bwd"]  # in the order of TARGETS: the forward first
+    assert [s.name for s in found["fwd"]] == [f"fwd{i}" for i in range(1, 12)]  # fwd10 after fwd9
+    assert found["fwd"][4].label == "idea 4"
+    assert steps.sources(7, "fwd") == [""] + texts  # a whole first file starts from nothing
+    assert steps.sources(7, "bwd") == ["", "backward\n"]
+    ladder, i = steps.find(7, "fwd10")
+    assert ladder[i].idea == "idea_9"
+    with pytest.raises(ValueError, match="no step 'fwd12'; its steps: fwd1, fwd2, .*, fwd11, bwd1"):
+        steps.find(7, "fwd12")
+    with pytest.raises(ValueError, match="no ladder 'x'"):
+        steps.sources(7, "x")
+
+
+def test_a_gap_in_the_numbers_is_an_error(fake_part):
+    folder, _ = fake_part
+    (folder / "steps" / "fwd5_idea_4.diff").rename(folder / "steps" / "fwd13_idea_4.diff")
+    with pytest.raises(ValueError, match="not 1..11"):
+        steps.ladders(folder)
+
+
+def test_a_fix_is_carried_through_every_later_step(fake_part):
+    """A bug fixed in step fwd3 (line 2 changed) and a line added at the end reach every later step
+    and the file the ladder ends at; every patch from fwd3 on is written again and still applies."""
+    folder, texts = fake_part
+    fixed = texts[2].replace("line 2\n", "line 2, fixed\n") + "tail\n"
+    written = steps.carry(7, "fwd3", fixed)
+    assert [s.name for s in written] == ["fwd3"]  # the later patches' lines and context are as they were
+    after = steps.sources(7, "fwd")
+    assert after[:3] == [""] + texts[:2]  # the steps before fwd3 are untouched
+    for before, now in zip(texts[2:], after[3:]):
+        assert now == before.replace("line 2\n", "line 2, fixed\n") + "tail\n"
+    assert (folder / "gluon_attention.py").read_text() == after[-1]
+
+
+def test_a_fix_where_a_later_step_rewrote_the_lines_is_refused(fake_part):
+    """Step fwd3 adds "idea 2" after "idea 1"; a fix to "idea 1" in fwd2 reaches fwd3 as written,
+    but one that would change a line that a later step removed cannot be carried: it says where."""
+    folder, texts = fake_part
+    steps.carry(7, "fwd2", texts[1].replace("idea 1\n", "idea one\n"))
+    assert "idea one\nidea 2\n" in steps.sources(7, "fwd")[3]
+    last = steps.sources(7, "fwd")[-1]
+    (folder / "gluon_attention.py").write_text(last.replace("line 5\n", ""))  # the last step removes line 5
+    assert [s.name for s in steps.refresh(7, "fwd")] == ["fwd11"]
+    step3 = steps.sources(7, "fwd")[3]
+    with pytest.raises(ValueError, match="does not apply to step fwd11"):
+        steps.carry(7, "fwd3", step3.replace("line 5\n", "line five\n"))
+    assert steps.sources(7, "fwd")[3] == step3  # nothing was written
+
+
+def test_refresh_after_editing_the_target(fake_part):
+    folder, texts = fake_part
+    (folder / "gluon_attention.py").write_text(texts[-1] + "an edit\n")
+    assert [s.name for s in steps.refresh(7, "fwd")] == ["fwd11"]
+    assert steps.sources(7, "fwd")[-1] == texts[-1] + "an edit\n"
+    assert steps.refresh(7, "fwd") == []  # nothing left to rewrite
