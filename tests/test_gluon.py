@@ -3,7 +3,6 @@ that they compile for Hopper on any machine, and, on a Hopper GPU, the cases the
 the rest of the suite (which already runs them: every bf16/fp16 call at D = 64 or 128 there goes to
 them), and the backward in every program order."""
 
-
 import pytest
 import torch
 
