@@ -75,7 +75,7 @@ STRESS = CASES[-1]
 FIELDS = ["step", "label", "mode", *results.SHAPE_FIELDS, "graph_ms", "graph_tflops", "vs_cudnn", "check"]
 FIELDS += ["tensor_pipe_pct", "stall_1", "stall_1_value", "stall_2", "stall_2_value", *results.PROVENANCE]
 KEY = ("step", "mode", "D", "causal")
-TENSOR_PIPE = "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"  # wgmma too, on the H200
 
 
 def every_step():
@@ -302,7 +302,8 @@ def profile_all(names):
         return {}, f"ncu gave {len(launches)} of {len(order)} launches: {(lines or [''])[0][:150]}"
     found = {}
     for key, launch in zip(order, launches):
-        top = sorted(((ncu_number(launch[m]) or 0.0, STALL.match(m).group(1)) for m in stalls if m in launch))[::-1]
+        top = sorted((ncu_number(launch[m]) or 0.0, STALL.match(m).group(1)) for m in stalls if m in launch)[::-1]
+        top = [(value, reason) for value, reason in top if reason != "selected"]  # selected: issuing, not stalled
         counters = dict(tensor_pipe_pct=launch.get(TENSOR_PIPE, ""))
         for rank, (value, reason) in enumerate(top[:2], 1):
             counters.update({f"stall_{rank}": reason, f"stall_{rank}_value": f"{value:.2f}"})

@@ -963,11 +963,134 @@ def draw_train_loss(gpu_dir):
     return path
 
 
+# ------------------------------------------------------------------------------------ the ladder
+LADDER_COMMAND = "python -m part5_profiling.tools.ladder"
+LADDER_SHAPES = [(64, 0), (128, 1)]  # the two the lesson's table shows; the log shows all four
+BASELINES = {"fwd": ("part4", "sdpa_cudnn"), "bwd": ("part4", "sdpa_cudnn")}
+
+
+def _ladder_rows(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_ladder.csv")
+    return rows, {(r["step"], r["mode"], r["D"], r["causal"]): r for r in rows if r["mode"]}
+
+
+def _ladder_steps(rows, ladder):
+    return [r["step"] for r in rows if str(r["step"]).startswith(ladder) and r["step"][len(ladder) :].isdigit()]
+
+
+def _ladder_cell(row, counters=False):
+    if row is None or not row.get("graph_tflops"):
+        return "-" if row is None else (row.get("check") or "-").split(":")[0]
+    cell = f"{row['graph_tflops']:.0f} ({row['vs_cudnn']:.2f})" if row.get("vs_cudnn") else f"{row['graph_tflops']:.0f}"
+    if counters:
+        cell += f" | {row['tensor_pipe_pct']:.0f}%" if row.get("tensor_pipe_pct") is not None else " | -"
+    return cell
+
+
+def table_ladder(gpu_dir):
+    """The lesson's progression: each step's pass at two shapes, its share of cuDNN's speed and the
+    tensor pipe's active share; the forward's steps time the forward, the backward's the backward alone."""
+    rows, index = _ladder_rows(gpu_dir)
+    names = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
+    body = []
+    for ladder, mode in (("fwd", "fwd"), ("bwd", "bwd")):
+        order = ["part4", *dict.fromkeys(_ladder_steps(rows, ladder)), "sdpa_cudnn"]
+        for step in order:
+            label = names.get(step) or next(r["label"] for r in rows if r["step"] == step)
+            cells = [_ladder_cell(index.get((step, mode, d, c)), counters=True) for d, c in LADDER_SHAPES]
+            top = index.get((step, mode, 128, 1)) or {}
+            stall = f"{top['stall_1']} {top['stall_1_value']:.1f}" if top.get("stall_1") else "-"
+            body.append([step if step not in names else "", label, mode, *cells, stall])
+    head = ["step", "what it adds", "pass"]
+    for d, c in LADDER_SHAPES:
+        head += [f"D = {d}{' causal' if c else ''}: TFLOP/s (x cuDNN)", "tensor pipe"]
+    return "\n".join(
+        [
+            provenance_line(rows, f"{LADDER_COMMAND} && make report"),
+            "",
+            f"N = 4096, B=4, H=8, bf16, CUDA-graph replay; each step checked on the timed inputs first. TFLOP/s of the "
+            "step's pass (the backward counts 2.5 times the forward's FLOPs) and, in brackets, its speed over SDPA "
+            "cuDNN's; the tensor pipe's active share (ncu) and the top stall at D = 128 causal, in warps stalled per "
+            "instruction issued:",
+            "",
+            markdown_table(
+                [*head, "top stall (D = 128 causal)"],
+                [[*b[:3], *"|".join(b[3:-1]).split("|"), b[-1]] for b in body],
+                "lll" + "rr" * len(LADDER_SHAPES) + "l",
+            ),
+        ]
+    )
+
+
+def table_ladder_all(gpu_dir):
+    """The log's table: every step at every shape and mode, the shipped kernels of earlier commits too."""
+    rows, index = _ladder_rows(gpu_dir)
+    body = []
+    for step in dict.fromkeys(r["step"] for r in rows):
+        label = next(r["label"] for r in rows if r["step"] == step)
+        for mode in ("fwd", "bwd", "fwd+bwd"):
+            cells = [index.get((step, mode, d, c)) for d, c in PANELS]
+            if any(cells):
+                body.append([step, label, mode, *(_ladder_cell(x) for x in cells)])
+        failed = [r for r in rows if r["step"] == step and not r["mode"]]
+        body += [[step, label, "", r["check"][:80], "", "", ""] for r in failed]
+    head = ["step", "what", "mode", *(f"D = {d}{' causal' if c else ''}" for d, c in PANELS)]
+    return "\n".join(
+        [
+            provenance_line(rows, f"{LADDER_COMMAND} && make report"),
+            "",
+            "N = 4096, B=4, H=8, bf16: TFLOP/s by CUDA-graph replay and, in brackets, the speed over SDPA cuDNN's in "
+            "the same mode; a backward step's fwd+bwd is part 5's forward followed by it. `fwd_before` and "
+            "`bwd_before` are the shipped kernels of the commit before the ladder (the kernels regrouped into its "
+            "steps), timed in the same run:",
+            "",
+            markdown_table(head, body, "lll" + "r" * len(PANELS)),
+        ]
+    )
+
+
+def ladder_figure(rows):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    index = {(r["step"], r["mode"], r["D"], r["causal"]): r for r in rows if r["mode"]}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, (ladder, mode, title) in zip(axes, (("fwd", "fwd", "forward"), ("bwd", "bwd", "backward alone"))):
+        order = ["part4", *dict.fromkeys(_ladder_steps(rows, ladder))]
+        for i, (d, c) in enumerate(PANELS):
+            ys = [(index.get((s, mode, d, c)) or {}).get("graph_tflops") for s in order]
+            color = f"C{i}"
+            ax.plot(range(len(order)), ys, "o-", color=color, label=f"D = {d}{' causal' if c else ''}")
+            cudnn = (index.get(("sdpa_cudnn", mode, d, c)) or {}).get("graph_tflops")
+            if cudnn:
+                ax.axhline(cudnn, color=color, linestyle=":", linewidth=1)
+        ax.set_xticks(range(len(order)), ["part 4", *order[1:]])
+        ax.set_title(f"{title}: each step, N = 4096 (dotted: SDPA cuDNN)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s (CUDA-graph replay)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def draw_ladder(gpu_dir):
+    if not (gpu_dir / "part5_ladder.csv").exists():
+        return None
+    path = gpu_dir / "part5_ladder.png"
+    ladder_figure(read_csv(gpu_dir / "part5_ladder.csv")).savefig(path, dpi=110)
+    return path
+
+
 def draw(gpu_dir):
-    return [path for path in (roofline.draw(gpu_dir), draw_train_loss(gpu_dir)) if path is not None]
+    drawn = (roofline.draw(gpu_dir), draw_train_loss(gpu_dir), draw_ladder(gpu_dir))
+    return [path for path in drawn if path is not None]
 
 
 TABLES = {
+    "part5-ladder": table_ladder,
+    "part5-ladder-all": table_ladder_all,
     "part5-ceilings": table_ceilings,
     "part5-profile": table_profile,
     "part5-launch-cost": table_launch_cost,
@@ -990,6 +1113,12 @@ TABLES = {
 }
 
 LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in this order (common/report.py)
+    (
+        "The ladder",
+        "Every step of the Gluon forward and backward (steps/), checked and then timed at N = 4096 in every mode, "
+        "beside part 4, SDPA cuDNN and the shipped kernels of the commit before the ladder.",
+        "part5-ladder-all",
+    ),
     (
         "Targets",
         "Part 5 against SDPA cuDNN in several whole runs of the benchmark, one after another: the median of the "
