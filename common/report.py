@@ -44,6 +44,9 @@ inner-loop calls of part 3 and the bounds before them):
     <!-- code:part0_pytorch_reference/flash_attention.py:flash_forward -->
     <!-- code:part3_inner_loop/flash_attention.py:_attn_fwd:from=# Key j is visible,to=True, -->
 
+PATH may also name a step of a part's ladder (common/steps.py), part5_profiling/steps/fwd3: the
+kernel file as it is after that step.
+
 A function that is not in its file (renamed, moved), an anchor on no line or on several, or an
 opening marker without its closing one stops the report before it writes anything: one line per
 problem, naming the README and the marker, and exit status 2.
@@ -67,7 +70,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from common import ROOT, coldstart, parts, results
+from common import ROOT, coldstart, parts, results, steps
 from common.impls import FA4, FLEX, SDPA_BACKENDS, impl_label
 from common.results import markdown_table, provenance_line, read_csv
 from common.timing import attention_flops
@@ -588,9 +591,17 @@ def code_excerpt(spec, root=None):
     if not path or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
         raise CodeError("expected PATH:NAME or PATH:NAME:from=TEXT,to=TEXT")
     file = (root / path).resolve()
-    if not file.is_relative_to(root.resolve()) or not file.is_file():
+    step = re.fullmatch(r"part(\d+)_\w+/steps/([a-z]*\d+)", path)  # a ladder's step: its kernel file
+    if step:
+        try:
+            ladder, i = steps.find(int(step[1]), step[2])
+        except ValueError as e:
+            raise CodeError(str(e)) from None
+        source = steps.sources(int(step[1]), ladder[0].ladder)[i + 1]
+    elif not file.is_relative_to(root.resolve()) or not file.is_file():
         raise CodeError(f"there is no file {path} in the repository")
-    source = file.read_text()
+    else:
+        source = file.read_text()
     try:
         tree = ast.parse(source)
     except SyntaxError as e:

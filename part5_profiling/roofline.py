@@ -102,7 +102,7 @@ def figure(ceiling_rows, profile_rows):
     pts = points(profile_rows)
     fig = Figure(figsize=(10, 6.5))
     ax = fig.subplots()
-    lo = min([p["intensity"] for p in pts] + [1.0]) / 2
+    lo = min([p["intensity"] for p in pts] + [peak / bw]) / 3
     hi = max([p["intensity"] for p in pts] + [2 * peak / bw]) * 2
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(peak, bw * x) for x in xs], "k-", lw=2, label=f"measured roof: {peak:.0f} TFLOP/s, {bw:.2f} TB/s")
@@ -121,16 +121,18 @@ def figure(ceiling_rows, profile_rows):
                 facecolors=color if p["measured"] else "none",
                 label=None if j else impl_label(target),
             )
+            shape = f"{p['D']}{' c' if p['causal'] else ''}"  # each point named by its D, c: causal
+            ax.annotate(shape, (p["intensity"], p["tflops"]), xytext=(4, 2), textcoords="offset points", fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per DRAM byte)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="lower left")
     gpu = ceiling_rows[0]["gpu"]
     fig.suptitle(
-        f"Roofline, B=4, H=8, N=4096, bf16 — {gpu}. Circles: forward, squares: backward; "
-        "hollow: bytes modelled, filled: measured",
+        f"Roofline, B=4, H=8, N=4096, bf16 — {gpu}. Circles: forward, squares: backward;\n"
+        "hollow: bytes modelled, filled: measured; each point labelled by its D (c: causal)",
         fontsize=9,
     )
     fig.tight_layout()

@@ -5,6 +5,7 @@ the correctness cases, each in a process of its own under a timeout."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -116,3 +117,24 @@ def test_every_step_is_correct_on_hopper(part):
     checks = ladder.check_all(names)
     failed = {n: c for n, c in checks.items() if not c.startswith("ok")}
     assert not failed, failed
+
+
+def test_each_step_has_its_lesson_in_the_readme(part):
+    """Every step of both ladders has, in part 5's README, a heading of its own, its `make diff`
+    line, its generated measurement with its counter (the tensor pipe, the top stall) under that
+    heading, and its row in the progression table with its counter."""
+    text = (parts.folder(part) / "README.md").read_text()
+    headings = list(re.finditer(r"^#### (\w+): .+$", text, re.M))
+    for ladder in ("fwd", "bwd"):
+        for step in steps.steps_of(part, ladder):
+            at = [i for i, h in enumerate(headings) if h[1] == step.name]
+            assert len(at) == 1, f"{step.name}: no heading of its own"
+            end = (
+                headings[at[0] + 1].start() if at[0] + 1 < len(headings) else text.index("\n## ", headings[at[0]].end())
+            )
+            section = text[headings[at[0]].end() : end]
+            assert f"`make diff PART=5 STEP={step.name}`" in section, step.name
+            measured = re.search(rf"<!-- results:part5-step-{step.name} -->\n(.*)\n<!-- /results", section)
+            assert measured and "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
+            row = re.search(rf"^\| `{step.name}` \| .*$", text, re.M)
+            assert row and row[0].count("%") == 2, f"{step.name}: its row in the progression table, with its counter"

@@ -4,11 +4,12 @@ common/steps.py) checked, timed and profiled, beside part 4 and SDPA's cuDNN bac
     python -m part5_profiling.tools.ladder                # results/<gpu>/part5_ladder.csv
     python -m part5_profiling.tools.ladder --no-ncu       # without the hardware counters
     python -m part5_profiling.tools.ladder --step fwd3    # some steps only (repeatable)
-    TRITON_INTERPRET=0 python -m part5_profiling.tools.ladder --compile   # any machine: what each step adds
+    TRITON_INTERPRET=0 python -m part5_profiling.tools.ladder --compile --save   # any machine: part5_ladder_compiled.csv
 
 --compile needs no GPU: Triton's compiler and ptxas compile every step for sm_90 on the CPU, and it
 prints what the binary holds (partitions of warps, wgmma products and waits, mbarrier waits, TMA
-copies and adds, registers and stack), one JSON line per step and shape: the CPU tests read it.
+copies and adds, registers and stack), one JSON line per step and shape: the CPU tests read it;
+--save also writes it to part5_ladder_compiled.csv (compiled with Triton 3.6, the H200's version).
 
 Every step runs in processes of its own under a timeout: a kernel that waits on a barrier in the
 wrong phase hangs rather than fails, and a hang is recorded as the step's check and the run goes
@@ -313,6 +314,8 @@ def profile_all(names):
 
 # ------------------------------------------------------------------------------------ compile
 COMPILED_SHAPES = [(64, False), (128, True)]
+COMPILED_FIELDS = ["step", "D", "causal", "partitions", "warps", "smem", "params", "wgmma", "wgmma_waits"]
+COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_adds", "global_loads", "registers", "stack", *results.PROVENANCE]
 TYPES = dict.fromkeys(("Q", "K", "V", "O", "DO", "DK", "DV"), "*bf16") | {"scale": "fp32"}
 TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
 
@@ -406,6 +409,7 @@ def main(argv=None):
     ap.add_argument("--counters-only", action="store_true", help="profile the steps already timed in the CSV")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE", help="time a kernel file too")
     ap.add_argument("--compile", action="store_true", help="compile every step for sm_90 (any machine)")
+    ap.add_argument("--save", action="store_true", help="with --compile: write part5_ladder_compiled.csv")
     ap.add_argument("--child-check", help=argparse.SUPPRESS)
     ap.add_argument("--child-time", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--child-profile", nargs="+", help=argparse.SUPPRESS)
@@ -431,9 +435,21 @@ def main(argv=None):
         if runtime.INTERPRET:
             print("Triton's interpreter is on, which compiles nothing: run with TRITON_INTERPRET=0.")
             return 2
-        for name in args.step or names:
+        facts = []
+        for name in [n for n in names if n not in extras() and n in (args.step or names)]:
             for d, causal in COMPILED_SHAPES:
-                print(json.dumps(compiled_facts(name, d, causal)), flush=True)
+                facts.append(compiled_facts(name, d, causal))
+                print(json.dumps(facts[-1]), flush=True)
+        if not args.save:
+            return 0
+        # sm_90 is the H200's architecture, whichever machine compiles: its results folder
+        path = results.results_dir("h200") / "part5_ladder_compiled.csv"
+        flat = [
+            {k: " ".join(f"{a}:{b}" for a, b in v.items()) if isinstance(v, dict) else v for k, v in f.items()}
+            for f in facts
+        ]
+        meta = results.provenance() | {"gpu": "sm_90, compiled on this machine"}
+        results.write_csv(path, [dict(f, **meta) for f in flat], COMPILED_FIELDS, key=("step", "D", "causal"))
         return 0
     from part5_profiling import gluon_attention
 

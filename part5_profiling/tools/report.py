@@ -978,48 +978,91 @@ def _ladder_steps(rows, ladder):
     return [r["step"] for r in rows if str(r["step"]).startswith(ladder) and r["step"][len(ladder) :].isdigit()]
 
 
-def _ladder_cell(row, counters=False):
+def _ladder_cell(row):
+    """TFLOP/s (x cuDNN) of a ladder row, or why it has none."""
     if row is None or not row.get("graph_tflops"):
         return "-" if row is None else (row.get("check") or "-").split(":")[0]
-    cell = f"{row['graph_tflops']:.0f} ({row['vs_cudnn']:.2f})" if row.get("vs_cudnn") else f"{row['graph_tflops']:.0f}"
-    if counters:
-        cell += f" | {row['tensor_pipe_pct']:.0f}%" if row.get("tensor_pipe_pct") is not None else " | -"
-    return cell
+    share = f" ({row['vs_cudnn']:.2f})" if row.get("vs_cudnn") else ""
+    return f"{row['graph_tflops']:.0f}{share}"
+
+
+def _part4_counters(gpu_dir):
+    """{(pass, D, causal): (tensor pipe %, top stall)} of part 4's main kernels (part5_profile.csv)."""
+    kernels = {"fwd": "_attn_fwd", "bwd": "_attn_bwd_dkdv"}
+    found = {}
+    for r in read_csv(gpu_dir / "part5_profile.csv"):
+        if r["target"] == "part4" and r["method"] == "ncu" and r["kernel"] == kernels.get(r["pass"]):
+            key = (r["pass"], r["D"], r["causal"])
+            pipe, stall = found.get(key, (None, None))
+            if r["metric"] == "tensor pipe (mma) active, %":
+                pipe = r["value"]
+            elif str(r["metric"]).startswith("stall #1: "):
+                stall = f"{r['metric'].removeprefix('stall #1: ')} {r['value']:.1f}"
+            found[key] = (pipe, stall)
+    return found
 
 
 def table_ladder(gpu_dir):
-    """The lesson's progression: each step's pass at two shapes, its share of cuDNN's speed and the
-    tensor pipe's active share; the forward's steps time the forward, the backward's the backward alone."""
+    """The lesson's progression: each step's pass at two shapes with its share of cuDNN's speed and
+    the tensor pipe's active share, and the top stall; the forward's steps time the forward, the
+    backward's the backward alone. Part 4's counters come from the profile of every part."""
     rows, index = _ladder_rows(gpu_dir)
+    part4 = _part4_counters(gpu_dir)
     names = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
     body = []
-    for ladder, mode in (("fwd", "fwd"), ("bwd", "bwd")):
-        order = ["part4", *dict.fromkeys(_ladder_steps(rows, ladder)), "sdpa_cudnn"]
-        for step in order:
+    for ladder in ("fwd", "bwd"):
+        for step in ["part4", *dict.fromkeys(_ladder_steps(rows, ladder)), "sdpa_cudnn"]:
             label = names.get(step) or next(r["label"] for r in rows if r["step"] == step)
-            cells = [_ladder_cell(index.get((step, mode, d, c)), counters=True) for d, c in LADDER_SHAPES]
-            top = index.get((step, mode, 128, 1)) or {}
-            stall = f"{top['stall_1']} {top['stall_1_value']:.1f}" if top.get("stall_1") else "-"
-            body.append([step if step not in names else "", label, mode, *cells, stall])
+            line = [f"`{step}`" if step not in names else "", label, ladder]
+            for d, c in LADDER_SHAPES:
+                row = index.get((step, ladder, d, c)) or {}
+                pipe = part4.get((ladder, d, c), (None, None))[0] if step == "part4" else row.get("tensor_pipe_pct")
+                line += [_ladder_cell(index.get((step, ladder, d, c))), "-" if pipe is None else f"{pipe:.0f}%"]
+            row = index.get((step, ladder, 128, 1)) or {}
+            stall = f"{row['stall_1']} {row['stall_1_value']:.1f}" if row.get("stall_1") else "-"
+            body.append([*line, part4.get((ladder, 128, 1), (None, "-"))[1] if step == "part4" else stall])
     head = ["step", "what it adds", "pass"]
     for d, c in LADDER_SHAPES:
-        head += [f"D = {d}{' causal' if c else ''}: TFLOP/s (x cuDNN)", "tensor pipe"]
+        head += [f"D = {d}{' causal' if c else ''}", "tensor pipe"]
     return "\n".join(
         [
             provenance_line(rows, f"{LADDER_COMMAND} && make report"),
             "",
-            f"N = 4096, B=4, H=8, bf16, CUDA-graph replay; each step checked on the timed inputs first. TFLOP/s of the "
-            "step's pass (the backward counts 2.5 times the forward's FLOPs) and, in brackets, its speed over SDPA "
-            "cuDNN's; the tensor pipe's active share (ncu) and the top stall at D = 128 causal, in warps stalled per "
-            "instruction issued:",
+            "N = 4096, B=4, H=8, bf16, CUDA-graph replay, each step checked on the timed inputs first: TFLOP/s of "
+            "the step's pass (the backward alone counts 2.5 times the forward's FLOPs) and, in brackets, its speed "
+            "over SDPA cuDNN's; the tensor pipe's active share and the top stall at D = 128 causal (warps stalled per "
+            "instruction issued), from ncu; part 4's counters from the profile of every part:",
             "",
-            markdown_table(
-                [*head, "top stall (D = 128 causal)"],
-                [[*b[:3], *"|".join(b[3:-1]).split("|"), b[-1]] for b in body],
-                "lll" + "rr" * len(LADDER_SHAPES) + "l",
-            ),
+            markdown_table([*head, "top stall"], body, "lll" + "rr" * len(LADDER_SHAPES) + "l"),
         ]
     )
+
+
+def step_line(name):
+    """The README's line under step `name`: its pass's TFLOP/s at the two shapes with the change on
+    the step before (part 4 before the first), the tensor pipe at each, the top stall at the second."""
+    ladder = name.rstrip("0123456789")
+
+    def line(gpu_dir):
+        rows, index = _ladder_rows(gpu_dir)
+        order = ["part4", *dict.fromkeys(_ladder_steps(rows, ladder))]
+        before = order[order.index(name) - 1].replace("part4", "part 4")
+        found = [
+            (index.get((name, ladder, d, c)), index.get((order[order.index(name) - 1], ladder, d, c)))
+            for d, c in LADDER_SHAPES
+        ]
+        if not all(row and row.get("graph_tflops") for row, _ in found):
+            return f"_{name}: not measured._"
+        cells = []
+        for (d, c), (row, prev) in zip(LADDER_SHAPES, found):
+            change = row["graph_tflops"] / prev["graph_tflops"] - 1
+            change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+            cells.append(f"{row['graph_tflops']:.0f} TFLOP/s at D = {d}{' causal' if c else ''} ({change})")
+        pipes = " / ".join(f"{row['tensor_pipe_pct']:.0f}%" for row, _ in found)
+        row = found[-1][0]
+        return f"_Measured: {', '.join(cells)} on {before}; tensor pipe {pipes}; top stall {row['stall_1']} {row['stall_1_value']:.1f}._"
+
+    return line
 
 
 def table_ladder_all(gpu_dir):
@@ -1045,6 +1088,26 @@ def table_ladder_all(gpu_dir):
             "steps), timed in the same run:",
             "",
             markdown_table(head, body, "lll" + "r" * len(PANELS)),
+        ]
+    )
+
+
+def table_ladder_compiled(gpu_dir):
+    rows = read_csv(gpu_dir / "part5_ladder_compiled.csv")
+    fields = ["partitions", "warps", "smem", "registers", "stack", "wgmma", "wgmma_waits", "barrier_waits"]
+    body = [[r["step"], r["D"], yes_no(r["causal"] == "True"), *(r[f] for f in fields)] for r in rows]
+    head = ["step", "D", "causal", "warp_specialize", "warps", "shared memory", "registers", "stack bytes"]
+    head += ["wgmma", "wgmma waits (leaving n: count)", "mbarrier waits"]
+    return "\n".join(
+        [
+            provenance_line(rows, "TRITON_INTERPRET=0 python -m part5_profiling.tools.ladder --compile --save"),
+            "",
+            "Each step's main kernel compiled for sm_90 (the H200's architecture) with Triton's compiler and ptxas "
+            "on a CPU, read off the binary: registers per thread at launch (setmaxnreg then moves them between "
+            "partitions), stack bytes (spills), "
+            "the products, and the waits on products and barriers in the PTX:",
+            "",
+            markdown_table(head, body, "lll" + "r" * 8),
         ]
     )
 
@@ -1088,9 +1151,12 @@ def draw(gpu_dir):
     return [path for path in drawn if path is not None]
 
 
+STEP_NAMES = [f"fwd{i}" for i in range(1, 8)] + [f"bwd{i}" for i in range(1, 7)]
 TABLES = {
+    **{f"part5-step-{name}": step_line(name) for name in STEP_NAMES},
     "part5-ladder": table_ladder,
     "part5-ladder-all": table_ladder_all,
+    "part5-ladder-compiled": table_ladder_compiled,
     "part5-ceilings": table_ceilings,
     "part5-profile": table_profile,
     "part5-launch-cost": table_launch_cost,
@@ -1118,6 +1184,11 @@ LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in th
         "Every step of the Gluon forward and backward (steps/), checked and then timed at N = 4096 in every mode, "
         "beside part 4, SDPA cuDNN and the shipped kernels of the commit before the ladder.",
         "part5-ladder-all",
+    ),
+    (
+        "The ladder compiled",
+        "Every step compiled for the H200 on any machine: what each step adds, as the binary shows it.",
+        "part5-ladder-compiled",
     ),
     (
         "Targets",
