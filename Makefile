@@ -77,7 +77,7 @@ coldstart: $(ENV)
 	$(PYTHON) -m common.coldstart $(PART_ARG)
 
 train-bench: $(ENV)
-	$(PYTHON) -m part5_profiling.tools.train_step
+	$(PYTHON) -m common.train_step
 
 lint: $(ENV)
 	$(PYTHON) -m ruff check .
@@ -111,10 +111,12 @@ results: $(ENV)
 	$(PYTHON) -m part5_profiling.tools.launch_cost
 	$(PYTHON) -m part5_profiling.tools.candidates
 	$(PYTHON) -m part5_profiling.tools.candidates --backward
-	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.compiled
+	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.candidates --compile
+	$(PYTHON) -m part5_profiling.tools.ladder
+	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.ladder --compile --save
 	$(PYTHON) -m part5_profiling.tools.gluon_study
 	$(PYTHON) -m part5_profiling.tools.gluon_study --backward
-	$(PYTHON) -m part5_profiling.tools.train_step
+	$(PYTHON) -m common.train_step
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

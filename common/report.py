@@ -56,7 +56,8 @@ a heading and one sentence saying what it measured (the README, a lesson, shows 
 the log). Its entries are COMMON_LOG below (this module's tables about part N), then the LOG of
 the part's report module, a list of (heading, sentence, table name) in the order the log shows
 them (a LOG that names one of COMMON_LOG's tables places it itself); a table of TABLES that LOG
-does not name comes last, under its marker name. Parts without a report module (0 and 1) get
+does not name comes last, under its marker name, unless README_ONLY names it (a line the lesson
+quotes from a table the log holds whole). Parts without a report module (0 and 1) get
 COMMON_LOG's tables alone. A LOG entry that names no table stops the report like a README marker.
 """
 
@@ -70,7 +71,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from common import ROOT, coldstart, parts, results, steps
+from common import ROOT, coldstart, parts, results, steps, train_step
 from common.impls import FA4, FLEX, SDPA_BACKENDS, impl_label
 from common.results import markdown_table, provenance_line, read_csv
 from common.timing import attention_flops
@@ -699,7 +700,7 @@ def part_reports():
 def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice."""
-    tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary}
+    tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
     tables["progression"] = table_progression
     for n in parts.folders():
         tables[f"part{n}"] = functools.partial(table_part, part=n)
@@ -784,6 +785,7 @@ def log_entries(n, report=None):
     own = list(getattr(report, "LOG", ()))
     named = {name for _, _, name in own}
     common = [(h, s, t.format(n=n)) for h, s, t in COMMON_LOG if t.format(n=n) not in named]
+    named |= set(getattr(report, "README_ONLY", ()))  # lines the lesson quotes from a table the log holds whole
     rest = [(name, "Not described in the part's LOG yet.", name) for name in getattr(report, "TABLES", {})]
     return common + own + [e for e in rest if e[2] not in named]
 

@@ -12,6 +12,9 @@ step is either a diff on the part before's flash_attention.py (part 3) or a whol
 (part 5's Gluon kernels). Applying every step of a ladder in order gives the file it ends at
 (TARGETS) exactly, which the tests check, so a step cannot drift from the kernel a reader runs.
 
+A study that needs a changed kernel (a stage done twice, a candidate change) keeps the change as a
+patch too, in tools/variants/ beside the study: variant() applies it to the shipped kernel file.
+
 A fix to a kernel that a ladder builds is made in the step that introduced the code, and carried
 through every step after it (`carry`): each later step gets the same change, and every patch from
 there on is written again from the new sources. Needs only the standard library (`make diff`).
@@ -211,6 +214,12 @@ def carry(n, name, fixed):
 def refresh(n, ladder=""):
     """After editing the file a ladder ends at: its last step's patch written again to end there."""
     return write(n, ladder, sources(n, ladder)[:-1] + [target(n, ladder).read_text()])
+
+
+def variant(n, name):
+    """Part n's flash_attention.py with the study patch tools/variants/<name>.diff applied: a study
+    that needs a changed kernel patches the shipped one (a switch is a patch), never copies it."""
+    return apply_patch(parts.path(n).read_text(), (parts.folder(n) / "tools" / "variants" / f"{name}.diff").read_text())
 
 
 def main(argv=None):

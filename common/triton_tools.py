@@ -13,7 +13,11 @@ interpreter, which compiles nothing; importing this module is safe everywhere.
 # Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
 from common import runtime  # noqa: F401, I001
 import os
+import re
+import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 from triton import knobs
@@ -238,3 +242,19 @@ def _compile(calls, device=None):
                     kernel.warmup(*args, grid=(1,), **constexprs)
     except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
         pass
+
+
+def binary_resources(cubin):
+    """(registers per thread, stack bytes) of a compiled binary (CompiledKernel.asm["cubin"]), read with the
+    cuobjdump Triton ships: no GPU needed, so a kernel compiled for another target can be read too."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    if found is None:
+        raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-200:]!r}")
+    return int(found[1]), int(found[2])

@@ -4,7 +4,7 @@ written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
 - flash_forward sends bf16 and fp16 calls at D = 64 and 128 on a Hopper GPU to gluon_attention.py:
   a loader warp, softmax warpgroups that share each K and V tile, the next Q K^T issued before this
   tile's softmax, a persistent grid. Triton's compiler does not produce that schedule from
-  _attn_fwd (tools/candidates.py, tools/compiled.py). _attn_fwd keeps every other call: float32,
+  _attn_fwd (tools/candidates.py and its --compile). _attn_fwd keeps every other call: float32,
   D = 16 and 32, other GPUs, Triton's interpreter on the CPU.
 - flash_backward sends the same calls to gluon_backward.py: dK, dV and dQ from one pass over the
   scores, five matrix products per tile pair instead of seven, dQ added in float32 by TMA

@@ -79,17 +79,6 @@ def _write(tmp_path, rows):
     return tmp_path / "part5_profile.csv"
 
 
-def test_launch_cost_groups():
-    from part5_profiling.tools.launch_cost import group_of
-
-    assert group_of("/r/common/validate.py") == "input checks"
-    assert group_of("/v/site-packages/triton/runtime/autotuner.py") == "autotuner"
-    assert group_of("/v/site-packages/triton/runtime/jit.py") == "Triton launcher"
-    assert group_of("/v/site-packages/torch/autograd/function.py") == "torch.library and autograd"
-    assert group_of("/r/part4_backward/flash_attention.py") == "the part's own Python"
-    assert group_of("~") == "PyTorch tensor operations and the rest"
-
-
 def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
     """launch_cost's one-thread mode: the call runs with autograd's multithreading off (its backward
     on the calling thread, where cProfile sees it), gives the call's result, and leaves it on after."""
@@ -120,8 +109,8 @@ def test_launch_cost_run_replaces_what_it_measures(tmp_path):
 def test_floor_launches_nothing_and_hands_do_back():
     """launch_cost's floor: a Python autograd.Function whose forward only allocates O (q's shape) and
     whose backward returns dO as every gradient, so its host time is autograd's alone; the run's
-    floor calls are a forward + backward in both threading modes, and its host split has the pieces."""
-    from part5_profiling.tools.launch_cost import FLOOR, ONE_THREAD, Floor, calls, host_split
+    floor call is a forward + backward."""
+    from part5_profiling.tools.launch_cost import FLOOR, Floor, calls
 
     q, k, v, do = (torch.randn(1, 2, 8, 4) for _ in range(4))
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
@@ -129,53 +118,22 @@ def test_floor_launches_nothing_and_hands_do_back():
     assert o.shape == q.shape and o.grad_fn is not None
     grads = torch.autograd.grad(o, leaves, do)
     assert all(torch.equal(g, do) for g in grads)
-    split = host_split(Floor.apply, q, k, v, do, function=Floor, calls=20)
-    assert list(split) == ["forward", "backward body", "engine and hand-off", "total"]
     modes = calls(FLOOR, 16)
-    assert list(modes) == ["fwd+bwd", ONE_THREAD]
+    assert list(modes) == ["fwd+bwd"]
     for call in modes.values():
         assert [g.shape for g in call()] == [(4, 8, 16, 128)] * 3
 
 
-def test_host_split_times_the_backward_inside_and_leaves_the_function_as_it_was():
-    """launch_cost's host split: forward, backward body and the rest add up to the total (medians of
-    parts need not, means do), the backward runs once per call, and the Function's backward is its own
-    again afterwards; without a Function, the backward is one column."""
-    from part5_profiling.tools.launch_cost import host_split
-
-    calls = []
-
-    class Sum(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, causal):
-            return q + k + v
-
-        @staticmethod
-        def backward(ctx, do):
-            calls.append(1)
-            return do, do, do, None
-
-    original = Sum.__dict__["backward"]
-    q, k, v, do = (torch.randn(1, 2, 8, 4) for _ in range(4))
-    split = host_split(Sum.apply, q, k, v, do, function=Sum, calls=20)
-    assert list(split) == ["forward", "backward body", "engine and hand-off", "total"]
-    assert len(calls) == 30 and Sum.__dict__["backward"] is original  # 10 warm-up calls, then 20
-    means = {name: mean for name, (_, mean) in split.items()}
-    assert means["total"] == pytest.approx(means["forward"] + means["backward body"] + means["engine and hand-off"])
-    assert all(median > 0 for name, (median, _) in split.items() if name != "engine and hand-off")
-    plain = host_split(lambda q, k, v, c: q + k + v, q, k, v, do, calls=5)
-    assert list(plain) == ["forward", "backward through autograd", "total"]
-
-
 def test_stage_variants_do_what_they_say():
-    """The stages study's switch (forward_variants.STAGE), on ragged causal inputs: the original is
-    part 4's forward bit for bit; "P V twice" doubles O; "Q K^T twice" is attention with doubled
-    scores; "exp2 twice" adds 2^-64 of each exponential (O as before); "no exp2" changes O."""
-    from part5_profiling.tools import forward_variants as fv
+    """The stages study's patches (tools/variants/), on ragged causal inputs: the original is part 4's
+    forward bit for bit; "P V twice" doubles O; "Q K^T twice" is attention with doubled scores;
+    "exp2 twice" adds 2^-64 of each exponential (O as before); "no exp2" changes O."""
+    from part5_profiling.tools.candidates import load
+    from part5_profiling.tools.stages import STAGES
 
     q, k, v, do = make_inputs(Shape((1, 2), 70, 90, 32), torch.float32, DEVICE, seed=3)
     o, lse = parts.load(4).flash_forward(q, k, v, True)
-    out = {name: fv.flash_forward(q, k, v, True, stage) for name, stage in fv.STAGES.items() if name != "no exp2"}
+    out = {name: load(patch).flash_forward(q, k, v, True) for name, patch in STAGES.items() if name != "no exp2"}
     assert torch.equal(out["original"][0], o) and torch.equal(out["original"][1], lse)
     torch.testing.assert_close(out["P V twice"][0], 2 * o)
     doubled, _ = attention_reference(q * 2, k, v, True, dtype=torch.float64)
@@ -183,7 +141,7 @@ def test_stage_variants_do_what_they_say():
     torch.testing.assert_close(out["exp2 twice"][0], o)
     # L = m + log2(l) of a negative l: "no exp2" is timed only (the interpreter's NumPy says so; a GPU gives NaN)
     with pytest.warns(RuntimeWarning, match="log2") if runtime.INTERPRET else contextlib.nullcontext():
-        o_none, _ = fv.flash_forward(q, k, v, True, fv.NO_EXP2)
+        o_none, _ = load(STAGES["no exp2"]).flash_forward(q, k, v, True)
     assert not torch.allclose(o_none, o)
 
 
@@ -205,9 +163,9 @@ def test_gpu_tools_say_what_they_need_and_write_nothing(name, capsys, tmp_path, 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the interpreter's refusal")
 def test_compiled_needs_the_compiler(capsys):
     """Under the interpreter (this process on a CPU) nothing is compiled: the tool says how to run it."""
-    from part5_profiling.tools import compiled
+    from part5_profiling.tools import candidates
 
-    assert compiled.main([]) == 2
+    assert candidates.main(["--compile"]) == 2
     assert "TRITON_INTERPRET=0" in capsys.readouterr().out
 
 
@@ -240,9 +198,8 @@ def test_compiled_reads_a_binary_off_the_compiler():
     from common import ROOT
 
     code = (
-        "import json; from part5_profiling.tools import compiled, forward_variants as fv; "
-        "from part5_profiling.flash_attention import TUNED; "
-        "print(json.dumps(compiled.compile_forward(fv.PART4, 64, True, TUNED[1])))"
+        "import json; from part5_profiling.tools import candidates; m = candidates.load(None); "
+        "print(json.dumps(candidates.compile_forward(m, 64, True, m.TUNED[1])))"
     )
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -290,10 +247,10 @@ def test_every_candidate_computes_attention(name):
     multiple of 128, which one candidate runs without masks). Float32 here, on a GPU too, so the
     compiled products are IEEE ones, not the bf16 tensor-core path that Triton warp-specializes:
     the candidates study checks every candidate in bf16 before it times it (and drops what fails)."""
-    from part5_profiling.tools import forward_variants as fv
+    from part5_profiling.tools import candidates
 
-    assert list(fv.CANDIDATES) == CANDIDATE_NAMES, "a new candidate: add it to CANDIDATE_NAMES"
-    forward = fv.forward(candidate=fv.CANDIDATES[name])
+    assert list(candidates.CANDIDATES) == CANDIDATE_NAMES, "a new candidate: add it to CANDIDATE_NAMES"
+    forward = candidates.load(candidates.CANDIDATES[name]).flash_forward
     for causal in (False, True):
         for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16), Shape((1, 2), 72, 256, 16)):
             q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=5)
@@ -304,11 +261,12 @@ def test_every_candidate_computes_attention(name):
 @pytest.mark.parametrize("dq_by_tma", [False, True], ids=["part 4", "dQ by TMA reduce-add"])
 def test_every_backward_candidate_computes_the_gradients(dq_by_tma):
     """The backward's candidates keep dQ, dK, dV: ragged (both sides, N_q != N_k) and causal."""
-    from part5_profiling.tools import backward_variants as bv
+    from part5_profiling.tools import candidates
 
+    module = candidates.load("dq_by_tma" if dq_by_tma else None)
     part = types.SimpleNamespace(
         flash_forward=parts.load(4).flash_forward,
-        flash_backward=lambda *args: bv.flash_backward(*args, dq_by_tma=dq_by_tma),
+        flash_backward=lambda *args: module.flash_backward(*args, atomic_dq=dq_by_tma),
         FlashAttention=None,
     )
     for causal in (False, True):
@@ -322,7 +280,7 @@ def test_every_backward_candidate_computes_the_gradients(dq_by_tma):
 
 def test_part5_tables(tmp_path):
     """Each of part 5's tables from a small synthetic CSV: well formed, the numbers where they belong."""
-    from part5_profiling.tools import candidates, ceilings, compiled, gluon_study, launch_cost, profile, report, stages
+    from part5_profiling.tools import candidates, ceilings, gluon_study, launch_cost, profile, report, stages
 
     write_csv(
         tmp_path / "part5_ceilings.csv",
@@ -366,12 +324,9 @@ def test_part5_tables(tmp_path):
         launch_cost.FIELDS,
     )
     table = report.table_launch_cost(tmp_path)
-    assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 | 2.0x |" in table  # host time against SDPA cuDNN's
-    assert "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 | — |" in table
-    assert "| 3 | fwd | 512 | — | 90.0 | — | — |" in table  # cuDNN of another commit: no ratio
-    assert "| 4 | bwd | autotuner | 9.5 |" in table
-    assert "(median)" not in table  # the cProfile table takes its own rows only
-    assert "| 4 | fwd+bwd | 80 (120) | 120 (180) | 70 (105) | — | 280 (420) |" in table
+    assert "| 4 | fwd | 512 | 20.0 | 45.0 | 47.0 |" in table
+    assert "| 4 | bwd | 512 | 60.0 | 135.0 | 141.0 |" in table
+    assert "| 3 | fwd | 512 | — | 90.0 | — |" in table
     assert "paired" not in table  # no part5_launch_paired.csv: no paired table
     write_csv(
         tmp_path / "part5_launch_paired.csv",
@@ -469,7 +424,7 @@ def test_part5_tables(tmp_path):
                 ("two loops", 0, False, 0, 0, 0, 0),
             )
         ],
-        compiled.FIELDS,
+        candidates.COMPILED_FIELDS,
     )
     table = report.table_compiled(tmp_path)  # part 4 first; spans over configurations and masks
     assert table.index("| part 4 |") < table.index("| one loop |")
@@ -491,7 +446,7 @@ def test_part5_tables(tmp_path):
             )
             for name, t, x, r in (("dQ by TMA reduce-add", 300.0, 0.75, 0), ("part 4", 400.0, 1.0, 1))
         ],
-        candidates.BWD_FIELDS,
+        candidates.FIELDS,
     )
     table = report.table_bwd_candidates(tmp_path)
     assert "| 128 | yes | 4096 | 400 (1.00x) | 300 (0.75x) |" in table
@@ -528,33 +483,23 @@ def test_part5_tables(tmp_path):
     write_csv(
         tmp_path / "part5_gluon_bwd.csv",
         [
-            study_row(
-                candidate=name,
-                N=4096,
-                D=128,
-                causal=0,
-                graph_tflops=t,
-                speedup=x,
-                check=c,
-            )
+            study_row(candidate=name, N=4096, D=128, causal=0, graph_tflops=t, vs_cudnn=x, check=c)
             for name, t, x, c in (
-                ("SDPA cuDNN", 500.0, 1.25, "checked by the benchmark"),
-                ("part 4", 400.0, 1.0, "ok"),
-                ("Gluon, one pass", 420.0, 1.05, "ok"),
-                ("Gluon, no dQ (ablation)", 560.0, 1.4, "not checked: computes something else on purpose"),
-                ("Gluon, sequence-minor", 380.0, 0.95, "ok"),
+                ("SDPA cuDNN", 500.0, 1.0, "checked by the benchmark"),
+                ("part 4", 400.0, 0.8, "ok"),
+                ("Gluon, one pass", 420.0, 0.84, "ok"),
+                ("Gluon, no dQ (ablation)", 560.0, 1.12, "not checked: computes something else on purpose"),
+                ("Gluon, sequence-minor", 380.0, 0.76, "ok"),
             )
         ],
         gluon_study.BWD_FIELDS,
     )
     table = report.table_gluon_bwd(tmp_path)  # part 4, part 5's kernel, the orders, then the rest in the CSV's order
-    # A column whose switch the kernel no longer has is marked, and the caption says since when.
     assert (
-        "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) † |"
+        "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) |"
         in table
     )
-    assert "| 128 | no | 4096 | 400 (1.00x) | 420 (1.05x) | 380 (0.95x) | 500 (1.25x) | 560 (1.40x) |" in table
-    assert "†: measured at commit abc1234, by an earlier kernel or with a switch since removed" in table
+    assert "| 128 | no | 4096 | 400 (0.80x) | 420 (0.84x) | 380 (0.76x) | 500 (1.00x) | 560 (1.12x) |" in table
 
 
 def test_targets_are_judged_on_the_median_of_runs(tmp_path):
@@ -581,7 +526,7 @@ def test_targets_are_judged_on_the_median_of_runs(tmp_path):
     assert "| fwd+bwd | 64 | no | **0.80 (0.70-0.90)** | 1.02 (0.95-1.05) |" in table
     assert "| fwd+bwd | 64 | no | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |" in table  # graph replay: never bold
     assert "the median of 3 runs" in table and "Targets met by the median: 1 of 2 shapes." in table
-    assert report.target_of("fwd", 2048) is None and report.target_of("bwd", 16384) == 1.0
+    assert report.met("fwd", 2048, [0.5]) is None and report.met("bwd", 16384, [1.0]) is True
 
 
 def test_fa4_table_pairs_rows_of_one_invocation(tmp_path):
@@ -625,26 +570,6 @@ def test_gluon_order_table(tmp_path):
     assert "| D | causal | N | one sequence at a time | 2 sequences side by side |" in table
     assert "| 128 | yes | 8192 | 520 (1.04x) | 450 (0.90x) |" in table and table.rstrip().endswith("| 500 (1.00x) |")
     assert "one sequence at a time at D = 128 from N = 4096" in table
-
-
-def test_last_round_counts_tiles_per_sm(tmp_path):
-    from part5_profiling.tools import gluon_study, report
-
-    (tmp_path / "part2_device.json").write_text('{"multi_processor_count": 132}')
-    write_csv(
-        tmp_path / "part5_gluon.csv",
-        [
-            study_row(variant=f"{w} warpgroups, persistent", N=4096, D=64, causal=0, graph_ms=ms, vs_cudnn=x)
-            for w, ms, x in ((2, 0.334, 0.93), (3, 0.336, 0.92))
-        ]
-        + [study_row(variant="3 warpgroups, persistent", N=4096, D=64, causal=1, graph_ms=0.2, vs_cudnn=1.0)],
-        gluon_study.FIELDS,
-    )
-    table = report.table_last_round(tmp_path)
-    # 32 sequences x cdiv(4096, 192) = 704 tiles on 132 SMs: 6 rounds, the last 44 full; 131072 rows in 6 x 132 x 192
-    assert "| 4096 | 3 | 192 | 704 | 5.33 | 44 of 132 | 86% | 0.3360 | 0.92x |" in table
-    assert "| 4096 | 2 | 128 | 1024 | 7.76 | 100 of 132 | 97% | 0.3340 | 0.93x |" in table
-    assert table.count("| 4096 |") == 2  # the causal row is not a tail question
 
 
 def test_ncu_rows_from_a_run(monkeypatch):
@@ -859,6 +784,6 @@ def test_host_parts_table_orders_the_ladder(tmp_path):
 def test_pingpong_study_pairs_free_and_turns():
     from part5_profiling.tools import gluon_study
 
-    assert list(gluon_study.pingpong_calls(128)) == ["2 warpgroups, persistent", "2 warpgroups, persistent, ping-pong"]
-    names = list(gluon_study.pingpong_calls(64))
+    assert list(gluon_study.forward_calls(128)) == ["2 warpgroups, persistent", "2 warpgroups, persistent, ping-pong"]
+    names = list(gluon_study.forward_calls(64))
     assert names == [f"{w} warpgroups, persistent{how}" for w in (2, 3) for how in ("", ", ping-pong")]

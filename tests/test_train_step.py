@@ -1,13 +1,12 @@
-"""The training-step benchmark (part5_profiling/tools/train_step.py) on any machine: its data, its
+"""The training-step benchmark (common/train_step.py) on any machine: its data, its
 training loop on a tiny model, its verdict on the losses, its table and loss plot from a small
 synthetic CSV; without a GPU it says so and writes nothing."""
 
 import pytest
 import torch
 
-from common import hf, parts, runtime
-from common.results import read_csv, write_csv
-from part5_profiling.tools import report, train_step
+from common import hf, parts, runtime, train_step
+from common.results import write_csv
 from tests.helpers import META, TINY_LLAMA
 
 TINY = TINY_LLAMA
@@ -108,7 +107,7 @@ def synthetic_rows():
 def test_train_step_table(tmp_path):
     """The table: rows by N, eager before compiled, SDPA first; times, ratio, memory and loss where they belong."""
     write_csv(tmp_path / "train_step.csv", synthetic_rows(), train_step.FIELDS)
-    table = report.table_train_step(tmp_path)
+    table = train_step.table(tmp_path)
     assert "Test GPU; torch 2.x; Triton 3.x; commit abc1234" in table
     assert (
         "4-layer Llama: hidden 512, 8 heads of D = 64 sharing 2 key/value heads, vocabulary 8,192, bf16, B=8" in table
@@ -131,22 +130,3 @@ def test_train_step_table(tmp_path):
     ]
     first = table.index("| 1024 | eager |")
     assert first < table.index("| 1024 | compiled |") < table.index("| 4096 | eager |")
-
-
-def test_train_loss_plot(tmp_path):
-    """part5_train_loss.png is drawn when train_step.csv exists (an error row has no losses: left
-    out), and not otherwise; report.draw returns it with whatever else it drew."""
-    assert report.draw_train_loss(tmp_path) is None and report.draw(tmp_path) == []
-    write_csv(tmp_path / "train_step.csv", synthetic_rows(), train_step.FIELDS)
-    path = report.draw_train_loss(tmp_path)
-    assert path == tmp_path / "part5_train_loss.png"
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
-    path.unlink()
-    assert report.draw(tmp_path) == [path] and path.exists()
-    figure = report.train_loss_figure(read_csv(tmp_path / "train_step.csv"), train_step)
-    top, bottom = figure.axes[0], figure.axes[2]  # N = 1024: the first column of a 2 x 2 grid
-    labels = [line.get_label() for line in top.get_lines()]
-    assert "part 5, eager" in labels and "SDPA default, transformers' mask, compiled" in labels
-    assert not any(label.startswith("part 4") for label in labels)
-    part5 = [line for line in bottom.get_lines() if len(line.get_ydata()) == 30]
-    assert any(abs(line.get_ydata()[0] - 0.006) < 1e-9 for line in part5)  # the difference from SDPA default's

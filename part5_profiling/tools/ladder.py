@@ -42,7 +42,7 @@ import threading
 
 import torch
 
-from common import ROOT, impls, parts, results, runtime, steps
+from common import ROOT, impls, parts, results, runtime, steps, triton_tools
 from common.bench import timed_call
 from common.check import check_outputs, check_slices, verdict
 from common.inputs import STRESS_SCALE, Shape, make_inputs
@@ -129,7 +129,7 @@ def backward_of(module):
 
 # ------------------------------------------------------------------------------------ 1. check
 def check_step(name):
-    """Every case of CASES, bf16 and fp16, causal and not; the first failure stops the step."""
+    """Every case of CASES, bf16 and fp16, causal and not: "ok: n cases", or how many failed and the first."""
     runtime.set_triton_allocator()  # the kernels make their TMA descriptors in global scratch memory
     module, part5 = load(name), parts.load(5)
     failures, done = [], 0
@@ -326,15 +326,13 @@ def compiled_facts(name, d, causal):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from part5_profiling.tools.compiled import resources
-
     module = load(name)
     fn = module._attn_fwd_gluon if name.startswith("fwd") else module._attn_bwd_gluon
     meta = module.constexprs(d, causal)
     signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
     source = GluonASTSource(fn=fn, signature=signature, constexprs=meta)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-    ptx, (registers, stack) = kernel.asm["ptx"], resources(kernel.asm["cubin"])
+    ptx, (registers, stack) = kernel.asm["ptx"], triton_tools.binary_resources(kernel.asm["cubin"])
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     return dict(
         step=name,

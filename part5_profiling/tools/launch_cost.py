@@ -15,21 +15,10 @@ And "floor": an autograd.Function whose forward allocates O and whose backward h
 gradient, launching nothing (fwd+bwd only): what any Python Function's forward + backward costs before
 it does any work, autograd's engine and its hand-off between threads included.
 
-"fwd+bwd, one thread" is fwd+bwd with torch.autograd.set_multithreading_enabled(False): autograd
-runs the backward on the calling thread instead of its own device thread, so no hand-off between
-threads is paid, and cProfile, which sees one thread, sees the backward too.
-
 - gpu_us: the call replayed from a CUDA graph (no Python at all), median.
 - host_us: the host's time per call, issuing CALLS calls back to back without waiting for the GPU
   (while the GPU keeps up, this is the time Python and the launch path take).
 - call_us: do_bench's median, what a user's loop sees.
-
-Then, at the shortest N, a forward + backward through autograd split in three by the clock
-(time.perf_counter), with autograd's device thread and on one thread ("host split"): the forward
-(Function.apply), the backward's body (the Function's backward, timed inside it on whichever thread
-runs it) and the rest (autograd's engine and the hand-off between threads), each the median and the
-mean over SPLIT_CALLS calls (a heavy tail of slow calls shows as a mean well above the median). SDPA's
-backward is C++, so its body and the rest are one: "backward through autograd". No profiler runs.
 
 Then "host, paired" (results/<gpu>/part5_launch_paired.csv), when SDPA cuDNN is among the targets:
 every target's forward + backward through autograd (autograd's device thread, as training runs it)
@@ -40,20 +29,10 @@ cuDNN's of the same round (median, lowest, highest). The host's pace drifts by u
 runs and within one on a shared machine, and the rows above are minutes apart from target to
 target: a ratio taken within one round compares like with like, so a host-time comparison with
 SDPA is judged on this one.
-
-Then where the host time goes, for fwd, bwd and "fwd+bwd, one thread" (cProfile sees only the
-calling thread, so not autograd's backward on its own): Python's profiler (cProfile) over CALLS
-calls at the shortest N, each function's own time added into a few groups by the file it lives in
-(input checks, the autotuner, Triton's launcher, torch.library and autograd, the part's own Python,
-PyTorch's tensor operations), in microseconds per call. cProfile adds its own cost to every Python call, so the
-groups are shares, not absolute times; host_us is the absolute.
 """
 
 import argparse
-import cProfile
 import functools
-import pstats
-import re
 import statistics
 import sys
 import time
@@ -73,37 +52,6 @@ CALLS = 200
 FIELDS = ["part", "mode", "N", "D", "what", "group", "us", *results.PROVENANCE]
 # A run replaces every row of the parts (and SDPA backends, floor) it measures, and keeps the others'.
 KEY = ("part",)
-# (group, a pattern of the file path that puts a function in it): the first match wins.
-GROUPS = [
-    ("input checks", r"common/validate\.py$"),
-    ("autotuner", r"triton/runtime/autotuner\.py$"),
-    ("Triton launcher", r"/triton/"),
-    ("torch.library and autograd", r"/torch/(_library|_ops\.py|autograd)"),
-    ("the part's own Python", r"/(part\d+_\w+|common)/"),
-]
-
-
-def group_of(filename):
-    name = filename.replace("\\", "/")
-    for group, pattern in GROUPS:
-        if re.search(pattern, name):
-            return group
-    return "PyTorch tensor operations and the rest"
-
-
-def host_groups(fn):
-    """Microseconds per call spent in each group, from cProfile's own-time (tottime) of every function."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(CALLS):
-        fn()
-    profiler.disable()
-    torch.cuda.synchronize()
-    totals = {}
-    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profiler).stats.items():
-        group = group_of(filename)
-        totals[group] = totals.get(group, 0.0) + tottime
-    return {group: seconds / CALLS * 1e6 for group, seconds in totals.items()}
 
 
 def host_us(fn, rounds=5, calls=CALLS):
@@ -118,61 +66,6 @@ def host_us(fn, rounds=5, calls=CALLS):
         per_round.append((time.perf_counter() - start) / calls * 1e6)
         torch.cuda.synchronize()
     return sorted(per_round)[rounds // 2]
-
-
-ONE_THREAD = "fwd+bwd, one thread"
-SPLIT = "host split"
-SPLIT_CALLS = 300
-SPLIT_ROUNDS = 3  # rounds of (device thread, one thread), interleaved: the host's pace drifts
-
-
-def host_split(attention, q, k, v, do, function=None, multithreading=True, calls=SPLIT_CALLS):
-    """{part of the call: (median us, mean us)} for `calls` forwards + backwards through autograd:
-    "forward", "backward body" and "engine and hand-off" when `function` (the autograd.Function whose
-    backward runs) is given, else "forward" and "backward through autograd"; and "total". The
-    backward's body is timed by wrapping function.backward for the duration, where autograd looks it
-    up on every call."""
-    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-    body = []
-    if function is not None:
-        inner = function.__dict__["backward"]
-
-        def timed(ctx, *grads):
-            start = time.perf_counter()
-            try:
-                return inner.__func__(ctx, *grads)
-            finally:
-                body.append(time.perf_counter() - start)
-
-        function.backward = staticmethod(timed)
-    sync = torch.cuda.synchronize if q.is_cuda else (lambda: None)
-    forward, total = [], []
-    try:
-        with torch.autograd.set_multithreading_enabled(multithreading):
-            for i in range(calls + 10):  # the first 10 warm up
-                if i % 50 == 0:  # the GPU's queue stays short: the clock sees the host alone
-                    sync()
-                start = time.perf_counter()
-                o = attention(*leaves, False)
-                mid = time.perf_counter()
-                torch.autograd.grad(o, leaves, do)
-                end = time.perf_counter()
-                forward.append(mid - start)
-                total.append(end - start)
-        sync()
-    finally:
-        if function is not None:
-            function.backward = inner
-    forward, total = forward[10:], total[10:]
-    parts_of = {"forward": forward}
-    if function is not None:
-        body = body[10:]
-        parts_of["backward body"] = body
-        parts_of["engine and hand-off"] = [t - f - b for t, f, b in zip(total, forward, body)]
-    else:
-        parts_of["backward through autograd"] = [t - f for t, f in zip(total, forward)]
-    parts_of["total"] = total
-    return {name: (statistics.median(xs) * 1e6, statistics.fmean(xs) * 1e6) for name, xs in parts_of.items()}
 
 
 class Floor(torch.autograd.Function):
@@ -255,34 +148,6 @@ def paired_rows(targets, meta, rounds=PAIRED_ROUNDS, lens=PAIRED_LENS):
     return rows
 
 
-def split_rows(n_part, n, meta):
-    """The host split of part n_part (or "sdpa_flash" / "sdpa_cudnn") at sequence length n: rows of
-    mode "fwd+bwd" and ONE_THREAD, what SPLIT, group the part of the call and its statistic."""
-    q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
-    if n_part == FLOOR:
-        attention, function, context = Floor.apply, Floor, nullcontext
-    elif isinstance(n_part, str):
-        backend = n_part.removeprefix("sdpa_")
-        attention, function, context = impls.sdpa, None, functools.partial(impls.sdpa_context, backend)
-    else:
-        module = parts.load(n_part)
-        attention, function, context = module.FlashAttention.apply, module.FlashAttention, nullcontext
-    runs = {}
-    with context():
-        for _ in range(SPLIT_ROUNDS):
-            for mode, threads in (("fwd+bwd", True), (ONE_THREAD, False)):
-                runs.setdefault(mode, []).append(host_split(attention, q, k, v, do, function, threads))
-    rows = []
-    for mode, rounds in runs.items():
-        for name in rounds[0]:
-            for i, stat in enumerate(("median", "mean")):
-                us = sorted(r[name][i] for r in rounds)[len(rounds) // 2]  # the middle round
-                rows.append(
-                    dict(part=n_part, mode=mode, N=n, D=D, what=SPLIT, group=f"{name} ({stat})", us=f"{us:.1f}", **meta)
-                )
-    return rows
-
-
 def one_thread(fn):
     """fn with autograd's backward on the calling thread (torch.autograd.set_multithreading_enabled(False))."""
 
@@ -302,7 +167,6 @@ def sdpa_calls(backend, n):
         # SDPA's backward has no direct call: bench's bwd mode runs it through autograd
         modes = {"fwd": "fwd", "bwd, autograd": "bwd", "fwd+bwd": "fwd+bwd"}
         out = {mode: timed_call(impl, bench_mode, q, k, v, do, False) for mode, bench_mode in modes.items()}
-    out[ONE_THREAD] = one_thread(out["fwd+bwd"])
     return out
 
 
@@ -311,8 +175,7 @@ def calls(n_part, n):
     if n_part == FLOOR:
         q, k, v, do = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, DEVICE, seed=n)
         leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        both = lambda: torch.autograd.grad(Floor.apply(*leaves, False), leaves, do)  # noqa: E731
-        return {"fwd+bwd": both, ONE_THREAD: one_thread(both)}
+        return {"fwd+bwd": lambda: torch.autograd.grad(Floor.apply(*leaves, False), leaves, do)}
     if isinstance(n_part, str):  # "sdpa_flash", "sdpa_cudnn"
         return sdpa_calls(n_part.removeprefix("sdpa_"), n)
     module = parts.load(n_part)
@@ -329,13 +192,12 @@ def calls(n_part, n):
         impl = impls.part_impl(n_part)
         out["bwd, autograd"] = timed_call(impl, "bwd", q, k, v, do, False)  # the same backward, as training runs it
         out["fwd+bwd"] = timed_call(impl, "fwd+bwd", q, k, v, do, False)
-        out[ONE_THREAD] = one_thread(out["fwd+bwd"])
     return out
 
 
-def measure(fn, with_groups):
-    """{what: us} for one call, and {group: us} under cProfile if with_groups. A failed CUDA-graph
-    capture leaves gpu_us out (the benchmark's bwd mode, whose forward ran outside the capture, fails so)."""
+def measure(fn):
+    """({what: us}, notes) for one call. A failed CUDA-graph capture leaves gpu_us out (the benchmark's
+    bwd mode, whose forward ran outside the capture, fails so)."""
     fn()  # compile and autotune
     measured, notes = {}, []
     try:
@@ -344,15 +206,14 @@ def measure(fn, with_groups):
         notes.append(f"no graph timing: {results.why(e)}")
     measured["host_us"] = host_us(fn)
     measured["call_us"] = time_ms(fn) * 1e3
-    return measured, notes, host_groups(fn) if with_groups else {}
+    return measured, notes
 
 
 def run(part_numbers, save=None):
     meta = results.provenance()
     rows = []
     for n_part in part_numbers:
-        sdpa = isinstance(n_part, str)  # "sdpa_flash", "sdpa_cudnn" and "floor": yardsticks, not profiled
-        pinned = sdpa and n_part.startswith("sdpa_")  # an SDPA backend, pinned while measured
+        pinned = isinstance(n_part, str) and n_part.startswith("sdpa_")  # an SDPA backend, pinned while measured
         context = functools.partial(impls.sdpa_context, n_part.removeprefix("sdpa_")) if pinned else nullcontext
         for n in SEQ_LENS:
             try:
@@ -365,10 +226,9 @@ def run(part_numbers, save=None):
                 continue
             for mode, fn in modes.items():
                 base = dict(part=n_part, mode=mode, N=n, D=D, group="", **meta)
-                groups_too = n == SEQ_LENS[0] and mode in ("fwd", "bwd", ONE_THREAD) and not sdpa
                 try:
                     with context():
-                        measured, notes, groups = measure(fn, with_groups=groups_too)
+                        measured, notes = measure(fn)
                 except Exception as e:  # a mode that fails: say why, go on
                     rows.append(dict(base, what=f"error: {results.why(e)}", us=""))
                     print(f"part {n_part} {mode:<7} N={n:>5}  error: {results.why(e)}", flush=True)
@@ -381,31 +241,6 @@ def run(part_numbers, save=None):
                     + "".join(f"  ({note})" for note in notes),
                     flush=True,
                 )
-                for group, us in sorted(groups.items(), key=lambda kv: -kv[1]):
-                    rows.append(dict(base, what="host, by group (cProfile)", group=group, us=f"{us:.1f}"))
-                    print(f"    {group:<40} {us:8.1f} us per call (under cProfile)", flush=True)
-            if n == SEQ_LENS[0]:
-                try:
-                    split = split_rows(n_part, n, meta)
-                except Exception as e:  # say why, go on
-                    split = [
-                        dict(
-                            part=n_part,
-                            mode="",
-                            N=n,
-                            D=D,
-                            group="",
-                            what=f"error: {SPLIT}: {results.why(e)}",
-                            us="",
-                            **meta,
-                        )
-                    ]
-                rows += split
-                for r in split:
-                    print(
-                        f"part {n_part} {r['mode']:<19} N={n:>5}  {r['what']}: {r['group']:<40} {r['us']:>8} us",
-                        flush=True,
-                    )
             torch.cuda.empty_cache()
             if save is not None:  # after every shape too: a run cut short keeps what it measured
                 save(rows)

@@ -24,6 +24,7 @@ what it measured, but a machine whose ncu cannot read the counters leaves the co
 import argparse
 import csv
 import io
+import itertools
 import os
 import re
 import shutil
@@ -144,31 +145,15 @@ def cupti_rows(target, impl, pass_, d, causal):
     flops = attention_flops(B, H, N, N, d, causal, pass_)
     total_us = sum(sum(times) for times in per_kernel.values()) / REPEATS
     base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="cupti")
-    rows = []
-    for name, times in per_kernel.items():
-        us = sum(times) / REPEATS  # per call (a kernel may run several times per call)
-        rows.append(
-            dict(
-                base,
-                kernel=kernel_label(name),
-                metric="time per call",
-                value=f"{us:.1f}",
-                unit="us",
-                note=f"{len(times) // REPEATS} launch(es) per call",
-            )
-        )
-    rows.append(dict(base, kernel="(all kernels)", metric="time per call", value=f"{total_us:.1f}", unit="us", note=""))
-    rows.append(
-        dict(
-            base,
-            kernel="(all kernels)",
-            metric="achieved",
-            value=f"{flops / total_us * 1e-6:.1f}",
-            unit="TFLOP/s",
-            note="the pass's FLOPs (as the benchmark counts them) over its kernels' time",
-        )
+    rows = [  # per call (a kernel may run several times per call)
+        dict(base, kernel=kernel_label(name), metric="time per call", value=f"{sum(times) / REPEATS:.1f}", unit="us",
+             note=f"{len(times) // REPEATS} launch(es) per call") for name, times in per_kernel.items()
+    ]  # fmt: skip
+    achieved = dict(
+        value=f"{flops / total_us * 1e-6:.1f}", unit="TFLOP/s", note="the pass's FLOPs over its kernels' time"
     )
-    return rows
+    rows.append(dict(base, kernel="(all kernels)", metric="time per call", value=f"{total_us:.1f}", unit="us", note=""))
+    return rows + [dict(base, kernel="(all kernels)", metric="achieved", **achieved)]
 
 
 # ------------------------------------------------------------------------------------ compiler
@@ -220,14 +205,8 @@ def compiler_rows(target, impl, pass_, d, causal):
             dict(base, metric="shared memory per program", value=res["shared"], unit="bytes"),
             dict(base, metric="registers per thread", value=res["regs"], unit=""),
             dict(base, metric="spilled registers", value=res["spills"], unit=""),
-            dict(
-                base,
-                metric="programs per SM (estimate)",
-                value=per_sm,
-                unit="",
-                note="limited by " + " and ".join(limited_by),
-            ),
-        ]
+            dict(base, metric="programs per SM (estimate)", value=per_sm, unit="", note="limited by " + " and ".join(limited_by)),
+        ]  # fmt: skip
     return rows
 
 
@@ -265,30 +244,17 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
     """Run this script's --child mode under ncu and turn its counters into rows."""
     ncu = shutil.which("ncu")
     base = dict(target=target, D=d, causal=int(causal), **{"pass": pass_}, method="ncu")
-    if ncu is None:
-        return [
-            dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note="ncu is not on the PATH")
-        ]
 
     def unavailable(note):
         return [dict(base, kernel="(all kernels)", metric="unavailable", value="", unit="", note=note)]
 
+    if ncu is None:
+        return unavailable("ncu is not on the PATH")
+
     def run_ncu(metrics):
-        cmd = [
-            ncu,
-            "--clock-control",
-            "none",
-            "--profile-from-start",
-            "off",
-            "--target-processes",
-            "all",
-            "--launch-count",
-            str(NCU_MAX_LAUNCHES),
-            "--csv",
-            "--page",
-            "raw",
-            "--metrics",
-            ",".join(metrics),
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all"]
+        cmd += ["--launch-count", str(NCU_MAX_LAUNCHES), "--csv", "--page", "raw", "--metrics", ",".join(metrics)]
+        cmd += [
             sys.executable,
             "-m",
             "part5_profiling.tools.profile",
@@ -323,30 +289,12 @@ def ncu_rows(target, pass_, d, causal, wanted, stall_metrics):
                 rows.append(dict(base, kernel=kernel, metric=label, value=value, unit=units.get(metric, ""), note=""))
         stalls = [(ncu_number(launch[m]), STALL.match(m).group(1)) for m in stall_metrics if m in launch]
         stalls = sorted(((v, reason) for v, reason in stalls if v is not None), reverse=True)[:TOP_STALLS]
-        for rank, (value, reason) in enumerate(stalls, 1):
-            rows.append(
-                dict(
-                    base,
-                    kernel=kernel,
-                    metric=f"stall #{rank}: {reason}",
-                    value=f"{value:.2f}",
-                    unit="warps per issue",
-                    note="average warps stalled for this reason per instruction issued",
-                )
-            )
-    missing = [label for metric, label in NCU_METRICS.items() if metric not in wanted]
-    if missing:
-        rows.append(
-            dict(
-                base,
-                kernel="(all kernels)",
-                metric="not offered by this ncu",
-                value="",
-                unit="",
-                note="; ".join(missing),
-            )
-        )
-    return rows
+        note = "average warps stalled for this reason per instruction issued"
+        rows += [dict(base, kernel=kernel, metric=f"stall #{rank}: {reason}", value=f"{value:.2f}",
+                      unit="warps per issue", note=note) for rank, (value, reason) in enumerate(stalls, 1)]  # fmt: skip
+    missing = "; ".join(label for metric, label in NCU_METRICS.items() if metric not in wanted)
+    base.update(kernel="(all kernels)", metric="not offered by this ncu", value="", unit="", note=missing)
+    return rows + ([base] if missing else [])
 
 
 def child(target, pass_, d, causal):
@@ -382,49 +330,28 @@ def profile(targets, use_ncu, save=None):
     rows, ncu_final = [], None  # ncu_final: why ncu cannot count on this machine, once it has said so
     for target in targets:
         impl = target_impl(target)
-        for pass_ in passes(target):
-            for d in HEAD_DIMS:
-                for causal in (False, True):
-                    base = dict(
-                        target=target,
-                        kernel="(all kernels)",
-                        D=d,
-                        causal=int(causal),
-                        **{"pass": pass_},
-                        value="",
-                        unit="",
-                    )
-                    found = guarded(base, "cupti", cupti_rows, target, impl, pass_, d, causal)
-                    found += guarded(base, "compiler", compiler_rows, target, impl, pass_, d, causal)
-                    if use_ncu and ncu_final:
-                        found.append(dict(base, method="ncu", metric="unavailable", note=ncu_final))
-                    elif use_ncu:
-                        found += guarded(base, "ncu", ncu_rows, target, pass_, d, causal, wanted, stall_metrics)
-                        ncu_final = next(
-                            (
-                                r["note"]
-                                for r in found
-                                if r["method"] == "ncu"
-                                and r["metric"] == "unavailable"
-                                and any(s in r["note"] for s in NCU_FINAL)
-                            ),
-                            None,
-                        )
-                    rows += [dict(r, **meta) for r in found]
-                    total = next((r["value"] for r in found if r["metric"] == "achieved"), "error")
-                    counters = (
-                        "with counters"
-                        if any(r["method"] == "ncu" and r["metric"] not in ("unavailable", "error") for r in found)
-                        else "no counters"
-                    )
-                    errors = "; ".join(f"{r['method']}: {r['note']}" for r in found if r["metric"] == "error")
-                    print(
-                        f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total:>7} TFLOP/s  ({counters})  {errors}",
-                        flush=True,
-                    )
-                    torch.cuda.empty_cache()
-                    if save is not None:  # after every shape too: a run cut short keeps what it measured
-                        save(rows)
+        for pass_, d, causal in itertools.product(passes(target), HEAD_DIMS, (False, True)):
+            base = dict(target=target, kernel="(all kernels)", D=d, causal=int(causal), value="", unit="")
+            base["pass"] = pass_
+            found = guarded(base, "cupti", cupti_rows, target, impl, pass_, d, causal)
+            found += guarded(base, "compiler", compiler_rows, target, impl, pass_, d, causal)
+            if use_ncu and ncu_final:
+                found.append(dict(base, method="ncu", metric="unavailable", note=ncu_final))
+            elif use_ncu:
+                found += guarded(base, "ncu", ncu_rows, target, pass_, d, causal, wanted, stall_metrics)
+                final = [
+                    r["note"] for r in found if r["metric"] == "unavailable" and any(s in r["note"] for s in NCU_FINAL)
+                ]
+                ncu_final = final[0] if final else None
+            rows += [dict(r, **meta) for r in found]
+            total = next((r["value"] for r in found if r["metric"] == "achieved"), "error")
+            counted = any(r["method"] == "ncu" and r["metric"] not in ("unavailable", "error") for r in found)
+            errors = "; ".join(f"{r['method']}: {r['note']}" for r in found if r["metric"] == "error")
+            print(f"{target:>12} {pass_} D={d:<3} causal={causal:d}  {total:>7} TFLOP/s  "
+                  f"({'with' if counted else 'no'} counters)  {errors}", flush=True)  # fmt: skip
+            torch.cuda.empty_cache()
+            if save is not None:  # after every shape too: a run cut short keeps what it measured
+                save(rows)
     return rows
 
 
@@ -466,14 +393,8 @@ def main(argv=None):
             "README and walkthrough show the committed results."
         )
         return 0
-    return results.write_as_measured(
-        "part5_profile.csv",
-        FIELDS,
-        lambda save: profile(targets, use_ncu=not args.no_ncu, save=save),
-        failed=lambda r: False,
-        key=KEY,
-        replaces=replaces,
-    )
+    measure = lambda save: profile(targets, use_ncu=not args.no_ncu, save=save)  # noqa: E731
+    return results.write_as_measured("part5_profile.csv", FIELDS, measure, lambda r: False, KEY, replaces)
 
 
 if __name__ == "__main__":

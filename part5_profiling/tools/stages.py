@@ -3,8 +3,9 @@ inner loop done twice, or left out, and take differences.
 
     python -m part5_profiling.tools.stages     # GPU: results/<gpu>/part5_stages.csv
 
-The kernel is part 4's forward (part 3's, unchanged), in forward_variants.py's copy with its STAGE
-switch: a second Q K^T product, a second P V product, a second exp2 per score, or no exp2 at all. A
+The kernel is part 4's forward (part 3's, unchanged), as part 5 keeps it, with one patch of
+tools/variants/ applied (STAGES): a second Q K^T product, a second P V product, a second exp2 per
+score, or no exp2 at all (candidates.load, common/steps.py's variant()). A
 variant's time minus the original's is what that stage costs when it is added to the loop as it
 runs, overlap with the other stages included: a stage that hides entirely behind another costs
 nothing here. The variants compute something else on purpose, so they are timed, not checked (the
@@ -17,12 +18,12 @@ import sys
 
 import torch
 
-from common import results, study
+from common import parts, results, study
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE
 from common.timing import attention_flops, graph_time_ms, tflops
-from part5_profiling.tools import forward_variants as fv
+from part5_profiling.tools.candidates import load
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
@@ -37,13 +38,16 @@ FIELDS = [
     *results.PROVENANCE,
 ]
 KEY = ("variant", "D", "causal")  # a run of some shapes keeps the other rows
+# name -> its patch in tools/variants/ (None: the kernel as shipped)
+STAGES = {"original": None, "Q K^T twice": "qk_twice", "P V twice": "pv_twice", "exp2 twice": "exp2_twice"}
+STAGES["no exp2"] = "no_exp2"
 
 
 def time_variant(stage, q, k, v, causal):
     """(CUDA-graph milliseconds, check) of one variant's forward; only the original is checked."""
-    fn = functools.partial(fv.flash_forward, q, k, v, causal, stage)
+    fn = functools.partial(load(stage).flash_forward, q, k, v, causal)
     with torch.no_grad():
-        if stage == fv.ORIGINAL:
+        if stage is None:
             o, lse = fn()
             check = study.checked(check_slices({"O": o, "L": lse}, q, k, v, causal))
         else:
@@ -60,7 +64,7 @@ def run(head_dims=HEAD_DIMS, masks=(False, True), save=None):
             q, k, v, _ = make_inputs(Shape((B, H), N, N, d), torch.bfloat16, DEVICE, seed=d + causal)
             flops = attention_flops(B, H, N, N, d, causal)
             base_ms = None
-            for name, stage in fv.STAGES.items():
+            for name, stage in STAGES.items():
                 row = dict(variant=name, B=B, H=H, N=N, D=d, dtype="bf16", causal=int(causal), **meta)
                 try:
                     ms, check = time_variant(stage, q, k, v, causal)
@@ -76,12 +80,12 @@ def run(head_dims=HEAD_DIMS, masks=(False, True), save=None):
                         graph_ms=f"{ms:.4f}",
                         graph_tflops=tflops(flops, ms),
                         delta_us=delta,
-                        config=fv.chosen(),
+                        config=parts.forward_config(load(stage)),
                         check=check,
                     )
                 )
                 print(
-                    f"D={d:<3} causal={causal:d} {name:<12} {ms * 1e3:8.1f} us  {delta or '-':>8} us  {fv.chosen()}",
+                    f"D={d:<3} causal={causal:d} {name:<12} {ms * 1e3:8.1f} us  {delta or '-':>8} us  {parts.forward_config(load(stage))}",
                     flush=True,
                 )
             torch.cuda.empty_cache()

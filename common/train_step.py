@@ -1,8 +1,8 @@
 """A training step of a small Llama (Hugging Face transformers) with each attention: SDPA, and every
 Triton part from 4 on through common/hf.py; eager and compiled.
 
-    python -m part5_profiling.tools.train_step      # a GPU: results/<gpu>/train_step.csv
-    python -m part5_profiling.tools.train_step --n 1024 --mode eager --part 5
+    python -m common.train_step      # a GPU: results/<gpu>/train_step.csv
+    python -m common.train_step --n 1024 --mode eager --part 5
 
 The model is built from a config in code, its weights random from one seed (nothing is downloaded):
 4 layers, hidden 512, 8 query heads of D = 64 sharing 2 key/value heads, an MLP of intermediate size
@@ -271,6 +271,33 @@ def compare(losses, reference):
     else:
         check = f"FAIL: a loss {diff:.4f} from SDPA default's in the first {COMPARED} steps"
     return dict(loss_diff=f"{diff:.5f}", check=check)
+
+
+def table(gpu_dir):
+    """Per N, mode and implementation: step time, its ratio to SDPA default's, peak memory, the loss difference."""
+    order = [REFERENCE, "sdpa_flash", HF_MASK]
+    rank = lambda impl: (order.index(impl), 0) if impl in order else (len(order), int(impl.removeprefix("part")))  # noqa: E731
+    rows = sorted(
+        results.read_csv(gpu_dir / "train_step.csv"),
+        key=lambda r: (r["N"], list(MODES).index(r["mode"]), rank(r["impl"])),
+    )
+
+    def cell(value, form):
+        return "—" if value is None else form.format(value)
+
+    body = [[r["N"], r["mode"], label(r["impl"]), r["attention"] or "—", cell(r["step_ms"], "{:.1f}"), cell(r["vs_sdpa"], "{:.2f}x"),
+             cell(r["peak_mib"], "{:,.0f}"), cell(r["loss_diff"], "{:.4f}"), str(r["check"]).split(":")[0]] for r in rows]  # fmt: skip
+    f = rows[0]
+    caption = (
+        f"A training step (forward, backward, AdamW) of a {f['layers']}-layer Llama: hidden {f['hidden']}, {f['heads']} "
+        f"heads of D = {f['D']} sharing {f['kv_heads']} key/value heads, vocabulary {f['vocab']:,}, {f['dtype']}, "
+        f"B={f['B']}, causal. Step time: the median of {f['steps'] - f['warmup']} steps after {f['warmup']} of warm-up; "
+        "peak memory; SDPA default's step time over this one's (above 1: faster); the largest loss difference from "
+        f"SDPA default's in the first {COMPARED} steps (same mode):"
+    )
+    header = ["N", "mode", "attention", "ran", "step ms", "x SDPA default", "peak MiB", "loss diff", "check"]
+    provenance = results.provenance_line(rows, "python -m common.train_step && make report")
+    return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rllrrrrrl")])
 
 
 def main(argv=None):
