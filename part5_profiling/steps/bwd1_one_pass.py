@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common.runtime import INTERPRET, capability
+from part5_profiling import gluon_attention
 
 try:  # Gluon is experimental: a Triton without it (or with another API) keeps part 4's kernels
     from triton.experimental import gluon
@@ -380,16 +380,9 @@ def _dq_convert(DQ32, DQ, N_QUERIES, N_SEQS, scale, D: tl.constexpr, BLOCK_M: tl
 
 
 def supported(q):
-    """Whether this backward can run q's call: Gluon compiled (not the interpreter), bf16 or fp16,
-    D = 64 or 128, on a Hopper GPU (sm_90: wgmma and TMA as this kernel uses them)."""
-    return (
-        HAVE_GLUON
-        and not INTERPRET
-        and q.is_cuda
-        and q.dtype in (torch.bfloat16, torch.float16)
-        and q.shape[-1] in (64, 128)
-        and capability(q.device) == (9, 0)
-    )
+    """Whether this backward can run q's call: its own Gluon imports found, and a call the forward takes
+    (gluon_attention.supported: compiled, bf16 or fp16, D = 64 or 128, on a Hopper GPU)."""
+    return HAVE_GLUON and gluon_attention.supported(q)
 
 
 def constexprs(d, is_causal):
