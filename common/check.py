@@ -4,6 +4,8 @@ float64 reference under it.
 Used by the tests and by the benchmark (which checks every shape before it times it).
 """
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -71,17 +73,18 @@ class Comparison:
         return self.finite and self.err <= self.allowed
 
     def __str__(self):
-        mark = "ok" if self.ok else "FAIL"
-        return f"{self.name} {self.err:.1e}<={self.allowed:.1e} {mark}"
+        return f"{self.name} {self.err:.1e}<={self.allowed:.1e} {'ok' if self.ok else 'FAIL'}"
 
 
 class Report(list):
+    """The comparisons of one check: ok when there is at least one and every one passed."""
+
     @property
     def ok(self):
         return len(self) > 0 and all(c.ok for c in self)
 
     def __str__(self):
-        return "  ".join(str(c) for c in self)
+        return "  ".join(map(str, self))
 
 
 def _max_abs(x):
@@ -92,12 +95,12 @@ def compare(name, out, ref, base, dtype, ref_scale, score_max=0.0):
     """One tensor: out and base against ref (float64), bound from base's own error."""
     out, ref, base = (t.to(torch.float64) for t in (out, ref, base))
     finite = bool(torch.isfinite(out).all())
-    err = _max_abs(out - ref) if finite else float("inf")
     base_err = _max_abs(base - ref)
-    if not torch.isfinite(torch.tensor(base_err)):
+    if not math.isfinite(base_err):
         raise AssertionError(
-            f"{name}: the {dtype} baseline itself overflowed on these inputs; they are out of range for the check"
+            f"{name}: the {dtype} baseline itself overflowed on these inputs; out of range for the check"
         )
+    err = _max_abs(out - ref) if finite else float("inf")
     return Comparison(name, err, allowed_error(dtype, base_err, ref_scale, score_max), finite)
 
 
@@ -129,12 +132,8 @@ def check_outputs(out, q, k, v, do, is_causal):
     unknown = set(out) - set(names)
     if "O" not in out or unknown or (grads and not {"dK", "dV"} <= set(out)):
         raise AssertionError(f"outputs to check must be O, L and optionally dQ, dK, dV together; got {sorted(out)}")
-    if grads:
-        ref = dict(zip(names, reference_with_grads(q, k, v, do, is_causal)))
-        base = dict(zip(names, reference_with_grads(q, k, v, do, is_causal, dtype=dtype)))
-    else:
-        ref = dict(zip(names, attention_reference(q, k, v, is_causal)))
-        base = dict(zip(names, attention_reference(q, k, v, is_causal, dtype=dtype)))
+    reference = functools.partial(reference_with_grads, do=do) if grads else attention_reference
+    ref, base = (dict(zip(names, reference(q, k, v, is_causal=is_causal, **kw))) for kw in ({}, {"dtype": dtype}))
     base["L"] = attention_reference(q, k, v, is_causal, dtype=torch.float32)[1]
     scale = {name: _max_abs(ref[name]) for name in ref}
     score_max = 0.0

@@ -1,10 +1,10 @@
-"""The implementations the benchmark compares: every part (loaded through the registry) and SDPA
-pinned to each of its backends, and FlexAttention when asked for.
+"""The implementations the benchmark compares: every part (loaded through the registry), SDPA pinned
+to each of its backends, and FlexAttention and FlashAttention-4 when asked for.
 
-An Impl is what the benchmark checks and times: a forward that returns what the check compares,
-a differentiable attention that is timed, and the limits of what it is run at. A part is read only
-through its interface (common/parts.py): flash_forward, FlashAttention, whether its backward is
-the PyTorch one of common/backward.py, and the optional forward_config().
+An Impl is what the benchmark checks and times: a forward that returns what the check compares, a
+differentiable attention that is timed, and the limits of what it is run at. A part is read only
+through its interface (common/parts.py): flash_forward, FlashAttention, whether its backward is the
+PyTorch one of common/backward.py, and the optional forward_config().
 """
 
 import contextlib
@@ -21,27 +21,10 @@ PYTORCH_PART_MAX_N = 2048  # part 0 is Python loops over 64x64 tiles; the time p
 # 4096 pairs at N = 4096 (over a second per call, B=4, H=8), four times as many at 8192.
 PYTORCH_BACKWARD_MAX_N = 4096
 MATH_MAX_N = 4096  # SDPA's math backend materialises B*H*N*N scores: 17 GB of bf16 at N = 16384
-SDPA_BACKENDS = {
-    "flash": "SDPA flash (FA2)",
-    "cudnn": "SDPA cuDNN",
-    "efficient": "SDPA efficient",
-    "math": "SDPA math",
-    "default": "SDPA default",
-}
+SDPA_BACKENDS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient", "math": "SDPA math"}
+SDPA_BACKENDS["default"] = "SDPA default"  # PyTorch chooses; the CSV's backend column says what it chose
 FLEX = "flex"  # FlexAttention (torch.nn.attention.flex_attention, compiled): timed only with --flex
 FA4 = "fa4"  # FlashAttention-4 (the flash-attn-4 package, CuTe DSL): timed only with --fa4, where installed
-COMPILED = "_compiled"  # an implementation's name + this: the same inside torch.compile (--compiled)
-CUDAGRAPHS = "_compiled_cudagraphs"  # ... inside torch.compile(mode="reduce-overhead"): CUDA graphs too
-COMPILE_WAYS = {COMPILED: "torch.compile", CUDAGRAPHS: "torch.compile, CUDA graphs"}  # in the benchmark's order
-
-
-def compiled_way(name):
-    """(the eager implementation's name, the position of its suffix in COMPILE_WAYS) for a compiled
-    implementation's name; (name, None) for an eager one."""
-    for i, suffix in enumerate(COMPILE_WAYS):
-        if name.endswith(suffix):
-            return name.removesuffix(suffix), i
-    return name, None
 
 
 @dataclass
@@ -66,16 +49,9 @@ class Impl:
 
 
 def impl_label(name):
-    """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)",
-    "part5_compiled" -> "part 5 (torch.compile)"."""
-    base, way = compiled_way(name)
-    if way is not None:
-        return f"{impl_label(base)} ({list(COMPILE_WAYS.values())[way]})"
-    if name == FLEX:
-        return "FlexAttention"
-    if name == FA4:
-        return "FlashAttention-4"
-    return SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
+    """How tables and plots name an implementation: "part1" -> "part 1", "sdpa_flash" -> "SDPA flash (FA2)"."""
+    labels = {FLEX: "FlexAttention", FA4: "FlashAttention-4"}
+    return labels.get(name) or SDPA_BACKENDS.get(name.removeprefix("sdpa_"), name.replace("part", "part "))
 
 
 def part_impl(n):
@@ -126,18 +102,20 @@ def sdpa_context(name):
     all timed calls: entering it per call would add its Python cost to every timing."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    if name == "default":
+        return contextlib.nullcontext()
     pinned = {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "cudnn": SDPBackend.CUDNN_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
+        "flash": "FLASH_ATTENTION",
+        "cudnn": "CUDNN_ATTENTION",
+        "efficient": "EFFICIENT_ATTENTION",
+        "math": "MATH",
     }
-    return contextlib.nullcontext() if name == "default" else sdpa_kernel([pinned[name]])
+    return sdpa_kernel([getattr(SDPBackend, pinned[name])])
 
 
 def sdpa_fn(name, q, k, v, causal):
-    """A closure running SDPA pinned to one backend ('default': PyTorch chooses). Entering the pin on
-    every call costs Python time: the benchmark enters sdpa_context(name) once instead."""
+    """A closure running SDPA pinned to one backend ('default': PyTorch chooses), entering the pin on
+    every call (which costs Python time: the benchmark enters sdpa_context(name) once instead)."""
 
     def run():
         with sdpa_context(name):
@@ -159,10 +137,6 @@ def dispatched_backend(fn):
     return "math" if "_scaled_dot_product_attention_math" in names else "unknown"
 
 
-def _causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx  # top-left alignment, as every part and SDPA's is_causal
-
-
 @functools.cache
 def _flex():
     """flex_attention compiled once (torch.compile generates its Triton kernels per shape on first use)."""
@@ -173,10 +147,11 @@ def _flex():
 
 @functools.cache
 def _block_mask(n_q, n_k, device):
-    """The causal block mask for one shape, built once (building it is work on the GPU of its own)."""
+    """The causal block mask for one shape (top-left aligned, as every part's and SDPA's is_causal),
+    built once: building it is work on the GPU of its own."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    return create_block_mask(_causal, B=None, H=None, Q_LEN=n_q, KV_LEN=n_k, device=device)
+    return create_block_mask(lambda b, h, i, j: i >= j, B=None, H=None, Q_LEN=n_q, KV_LEN=n_k, device=device)
 
 
 def flex(q, k, v, causal):
@@ -191,70 +166,18 @@ def flex_impl():
     return Impl(name=FLEX, forward=lambda q, k, v, c: {"O": flex(q, k, v, c)}, attention=flex)
 
 
-def fa4_function():
-    """flash-attn-4's flash_attn_func, or None where the package (or what it needs) is not installed."""
+def fa4_impl():
+    """FlashAttention-4 beside SDPA, an optional baseline: None where flash-attn-4 (or what it needs)
+    does not import. Its first call at each head dim and mask compiles its kernels (CuTe DSL), which
+    the check's call pays. It takes (B, N, H, D): a transposed view of the benchmark's (B, H, N, D)
+    tensors is that layout with the last dim still contiguous, accepted as it is (no copy)."""
     try:
         from flash_attn.cute import flash_attn_func
     except Exception:  # ImportError, or a dependency that fails to load: no FA4 rows
         return None
-    return flash_attn_func
-
-
-def fa4_impl():
-    """FlashAttention-4 beside SDPA, an optional baseline: None where flash-attn-4 is not installed.
-    Its first call at each head dim and mask compiles its kernels (CuTe DSL), which the check's call pays.
-    It takes (B, N, H, D): a transposed view of the benchmark's (B, H, N, D) tensors is that layout with
-    the last dim still contiguous, which its kernels accept as it is (no copy); O comes back as a view."""
-    function = fa4_function()
-    if function is None:
-        return None
 
     def attention(q, k, v, causal):
-        o, _ = function(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)  # (O, L)
+        o, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)  # (O, L)
         return o.transpose(1, 2)
 
     return Impl(name=FA4, forward=lambda q, k, v, c: {"O": attention(q, k, v, c)}, attention=attention)
-
-
-def compiled_impl(impl, module=None, cudagraphs=False):
-    """impl inside torch.compile: a part through its flash_attention op (module: the part's), SDPA as
-    itself. What the framework does with the host's work per call: Dynamo's guards and AOTAutograd's
-    wrappers replace the eager Python of the call. cudagraphs: mode="reduce-overhead", which also
-    records the compiled forward and backward in CUDA graphs and replays them (not timed again by
-    the benchmark's own graph replay, which cannot capture a replay).
-
-    Each shape compiles its own graph (dynamic=False: the shapes a model fixes); Dynamo's caches are
-    cleared when the shape is entered (the context), so that no shape runs into Dynamo's limit on
-    recompilations and falls back to eager. The check's call compiles; the timers' warm-up runs
-    come after it."""
-    fn = module.flash_attention if module is not None else sdpa
-    mode = "reduce-overhead" if cudagraphs else None
-    compiled = []
-
-    def attention(q, k, v, causal):
-        if not compiled:
-            compiled.append(torch.compile(fn, dynamic=False, mode=mode))
-        return compiled[0](q, k, v, causal)
-
-    @contextlib.contextmanager
-    def context():
-        torch._dynamo.reset()  # a fresh cache for this shape (see above), and its CUDA graphs freed
-        compiled.clear()
-        with impl.context():
-            yield
-
-    def backend(q, k, v, causal):  # SDPA: what the compiled graph called (with gradients: the graph timed)
-        return dispatched_backend(lambda: attention(*(t.detach().requires_grad_(True) for t in (q, k, v)), causal))
-
-    return Impl(
-        name=impl.name + (CUDAGRAPHS if cudagraphs else COMPILED),
-        forward=lambda q, k, v, c: {"O": attention(q, k, v, c)},
-        attention=attention,
-        context=context,
-        max_n=impl.max_n,
-        graph=impl.graph and not cudagraphs,
-        backward_max_n=impl.backward_max_n,
-        backward_graph=impl.backward_graph and not cudagraphs,
-        # a replayed graph shows the profiler no operator names: SDPA's pin says what runs there
-        backend=impl.backend if module is not None or cudagraphs else backend,
-    )

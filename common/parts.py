@@ -11,8 +11,8 @@ What common/ reads of a part is its interface, in its flash_attention.py, and no
   flash_forward(Q, K, V, is_causal) -> (O, L), flash_backward(Q, K, V, O, L, dO, is_causal);
 - its backward: either common.backward.flash_backward, imported (parts 0-3: the tiled PyTorch
   backward), or kernels of its own (pytorch_backward() below tells which);
-- optionally forward_config() -> str: what the last forward ran, as the benchmark's tables name
-  it ("128x64 w4 s3"); a part without one is reported with an empty config.
+- what forward_config() below reads: its forward kernel, _attn_fwd (@triton.autotune'd from part 2
+  on), and, where a part routes calls to other kernels (part 5), _last_forward["label"].
 """
 
 import importlib
@@ -73,9 +73,18 @@ def pytorch_backward(module):
 
 
 def forward_config(module):
-    """What a loaded part's last forward ran, by its own forward_config(); "" for a part without one."""
-    config = getattr(module, "forward_config", None)
-    return "" if config is None else config() or ""
+    """What a loaded part's last forward ran, as the benchmark's tables name it: the label its routing
+    left (part 5's Gluon kernels: "gluon 2x64x128 s2"), else what the autotuner chose for its
+    _attn_fwd ("128x64 w4 s3"); "" for a part whose forward is not autotuned, or not called yet."""
+    label = (getattr(module, "_last_forward", None) or {}).get("label")
+    if label:
+        return label
+    kernel = getattr(module, "_attn_fwd", None)
+    if kernel is None:
+        return ""
+    from common import triton_tools  # here, not at the top: finding parts needs only the standard library
+
+    return triton_tools.chosen_label(kernel)
 
 
 def load(n):
@@ -84,6 +93,19 @@ def load(n):
     import common.runtime  # noqa: F401  (TRITON_INTERPRET is set before the part imports triton)
 
     return importlib.import_module(f"{folder(n).name}.flash_attention")
+
+
+_variants = {}
+
+
+def load_variant(n, name):
+    """Part n's kernel file with a study's patch, tools/variants/<name>.diff, applied
+    (common.steps.variant), imported as a module of its own (once): a study's switch is a patch."""
+    if (n, name) not in _variants:
+        from common import steps  # here: common.steps imports this module
+
+        _variants[n, name] = load_source(f"part{n}_variant_{name}", steps.variant(n, name))
+    return _variants[n, name]
 
 
 def load_source(name, source):

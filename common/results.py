@@ -146,15 +146,13 @@ def read_csv(path):
 
 
 def markdown_table(header, rows, align=None):
-    """A markdown table: a header, then one line per row. `align` has a letter per column, "l" or
-    "r" (right, for numbers); default all left. Cells are printed with str()."""
+    """A markdown table; `align` has a letter per column, "l" or "r" (right, for numbers); default all left."""
     rule = ["---:" if a == "r" else "---" for a in (align or "l" * len(header))]
     return "\n".join("| " + " | ".join(map(str, line)) + " |" for line in [header, rule, *rows])
 
 
 def provenance_line(rows, command):
-    """The line under a table's title naming the GPU, versions, commits and dates of its rows, and
-    the command that regenerates it."""
+    """The line above a table naming the GPU, versions, commits and dates of its rows, and the command that regenerates it."""
 
     def each(column, chars=None):
         return ", ".join(sorted({str(r[column])[:chars] for r in rows if r.get(column)}))
@@ -163,3 +161,9 @@ def provenance_line(rows, command):
         f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
         f"{each('date', 10)}. Regenerate: `{command}`._"
     )
+
+
+def table_block(rows, command, caption, header, body, align=None):
+    """A table as the READMEs show it: the rows' provenance line (`command` regenerates them), a caption, the table."""
+    caption = [caption, ""] if caption else []
+    return "\n".join([provenance_line(rows, command), "", *caption, markdown_table(header, body, align)])

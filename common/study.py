@@ -1,7 +1,7 @@
 """What every study shares: its command line, the GPU guard, check then time, and the results file.
 
-A study (a sweep of launch orders, the ablation, the candidates, the Gluon study, ...) measures
-variants of a kernel on the benchmark's inputs. Each one's main() reads:
+A study (launch orders, the ablation, the candidates, the Gluon study, ...) measures variants of a
+kernel on the benchmark's inputs. Each one's main() reads:
 
     args = study.arguments(__doc__, argv, n=SEQ_LENS)          # --n (and --d, --causal if asked)
     if not study.on_gpu("The launch-order study times compiled kernels"):
@@ -13,14 +13,14 @@ before it times it (forward_row, backward_row), so a wrong variant is never time
 """
 
 import argparse
-import functools
 
 import torch
 
 from common import bench, results, runtime
 from common.bench import each_shape
 from common.check import check_slices
-from common.timing import attention_flops, graph_time_ms, tflops, time_ms
+from common.impls import Impl
+from common.timing import graph_time_ms, tflops, time_ms
 
 
 def arguments(doc, argv=None, n=None, d=None, causal=False, extra=()):
@@ -47,10 +47,9 @@ def arguments(doc, argv=None, n=None, d=None, causal=False, extra=()):
 
 def on_gpu(what):
     """True on a CUDA GPU with compiled kernels; otherwise print that `what` needs one and return False."""
-    if runtime.COMPILED:
-        return True
-    print(f"{what}: it needs a CUDA GPU (Triton's interpreter on a CPU times nothing).")
-    return False
+    if not runtime.COMPILED:
+        print(f"{what}: it needs a CUDA GPU (Triton's interpreter on a CPU times nothing).")
+    return runtime.COMPILED
 
 
 def checked(report):
@@ -60,37 +59,21 @@ def checked(report):
 
 def forward_row(forward, q, k, v, causal, do_bench=True):
     """Check a forward (q, k, v, causal) -> (O, L) against the float64 reference on (q, k, v); if it
-    passed, time it: do_bench median (the protocol; skipped with do_bench=False) and CUDA-graph
-    replay. Returns row fields: check, ms, tflops, graph_ms, graph_tflops."""
-    b, h, n_q, d = q.shape
-    flops = attention_flops(b, h, n_q, k.shape[-2], d, causal)
-    with torch.no_grad():
-        o, lse = forward(q, k, v, causal)
-        report = check_slices({"O": o, "L": lse}, q, k, v, causal)
-        out = {"check": checked(report)}
-        if not report.ok:
-            return out
-        fn = functools.partial(forward, q, k, v, causal)
-        if do_bench:
-            ms = time_ms(fn)
-            out.update(ms=f"{ms:.4f}", tflops=tflops(flops, ms))
-        try:
-            gms = graph_time_ms(fn)
-            out.update(graph_ms=f"{gms:.4f}", graph_tflops=tflops(flops, gms))
-        except Exception as e:  # as in the benchmark: say why, keep the do_bench time
-            out["check"] += f"; no graph timing: {type(e).__name__}"
-    return out
+    passed, time it as the benchmark does (bench.measure): do_bench median (skipped with
+    do_bench=False) and CUDA-graph replay. Returns row fields: check, ms, tflops, graph_ms, graph_tflops."""
+    impl = Impl(name="", forward=lambda *a: dict(zip("OL", forward(*a))), attention=forward)
+    timer = time_ms if do_bench else None
+    return bench.measure({}, impl, "fwd", q, k, v, None, causal, timer, graph_time_ms, verdict=checked)
 
 
 def time_forwards(
     forwards, row_for, seq_lens, head_dims=bench.HEAD_DIMS, b=bench.B, h=bench.H, do_bench=True, save=None, config=None
 ):
-    """Check and time each forward ({label: (q, k, v, causal) -> (O, L)}: ablation steps, launch
-    orders, candidates) on the same bf16 inputs, for every D in head_dims, causal and not, and N in
-    seq_lens (B=b, H=h; the benchmark's by default). row_for(label, causal) gives a row's own columns; each row also gets the
-    shape, what forward_row returns, the configuration config(label) names (if config is given) and
-    the provenance. A forward that fails to compile or run gets an "error: ..." check instead.
-    save(rows so far), if given, runs after every shape."""
+    """Check and time each forward ({label: (q, k, v, causal) -> (O, L)}) on the same bf16 inputs,
+    for every D in head_dims, causal and not, and N in seq_lens (B=b, H=h; the benchmark's by
+    default). row_for(label, causal) gives a row's own columns; each row also gets the shape, what
+    forward_row returns, config(label) (if given) and the provenance. A forward that fails to compile
+    or run gets an "error: ..." check instead. save(rows so far), if given, runs after every shape."""
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, _) in each_shape(seq_lens, head_dims, b=b, h=h):
         for label, forward in forwards.items():
@@ -101,11 +84,8 @@ def time_forwards(
             except Exception as e:  # a variant the compiler refuses: say why, go on
                 row["check"] = f"error: {results.why(e)}"
             rows.append(row)
-            print(
-                f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
-                f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}",
-                flush=True,
-            )
+            print(f"{label:<34} D={d:<3} causal={causal:d} N={n:>5}  {row.get('tflops') or '-':>7} TFLOP/s "
+                  f"(graph {row.get('graph_tflops') or '-':>7})  {row.get('config', '')}  {row['check'][:30]}", flush=True)  # fmt: skip
         if save is not None:
             save(rows)
     return rows

@@ -1,22 +1,22 @@
-"""A sweep's tables and heatmaps, read from its files in results/<gpu>/ (<name>_sweep.csv and
-<name>_device.json, written by common/sweep.py): the fastest configurations with what the compiler
-made of them, a few tile shapes at their best, pipeline depth, the budget estimate against the
-compiled shared memory, and one heatmap per (D, causal). Parts 2, 3 and 4 show their sweeps with these.
+"""A sweep's tables and heatmaps from its files in results/<gpu>/ (<name>_sweep.csv, <name>_device.json,
+written by common/sweep.py): the fastest configurations with what the compiler made of them, a few tile
+shapes at their best, pipeline depth, the budget against the compiled shared memory, a heatmap per (D, causal).
 """
 
 import json
-from collections import defaultdict
+from collections import Counter
 
-from common.results import markdown_table, provenance_line, read_csv
+from common.results import provenance_line, read_csv, table_block
 
 # A heatmap cell with no passing configuration shows why, in a word: the first of these that happened.
-REASONS = (
-    ("failed check", "fail"),
-    ("out of resources", "oor"),
-    ("compile error", "err"),
-    ("not measured", "time"),
-    ("pruned", "budget"),
-)
+REASONS = {
+    "failed check": "fail",
+    "out of resources": "oor",
+    "compile error": "err",
+    "not measured": "time",
+    "pruned": "budget",
+}
+CORNERS = [(64, 0), (64, 1), (128, 0), (128, 1)]
 
 
 def sweep_rows(gpu_dir, name):
@@ -28,71 +28,63 @@ def device(gpu_dir, name):
 
 
 def groups(rows):
-    """The (D, causal) groups of a sweep, in order."""
     return sorted({(r["D"], r["causal"]) for r in rows})
 
 
 def ranked(rows, d, c):
-    """The configurations of one group that passed, fastest first."""
-    passed = [r for r in rows if r["status"] == "ok" and (r["D"], r["causal"]) == (d, c)]
-    return sorted(passed, key=lambda r: -r["tflops"])
+    """The configurations of one (D, causal) group that passed, fastest first."""
+    return sorted(
+        (r for r in rows if r["status"] == "ok" and (r["D"], r["causal"]) == (d, c)), key=lambda r: -r["tflops"]
+    )
 
 
 def best_cells(rows):
-    """{(D, causal): {(BLOCK_M, BLOCK_N): the fastest passing row}}: each tile shape at its best warps and stages."""
-    best = defaultdict(dict)
-    for r in rows:
-        group, cell = (r["D"], r["causal"]), (r["BLOCK_M"], r["BLOCK_N"])
-        if r["status"] == "ok" and (cell not in best[group] or r["tflops"] > best[group][cell]["tflops"]):
-            best[group][cell] = r
+    """{(D, causal): {(BLOCK_M, BLOCK_N): the fastest passing row}}: each tile at its best warps and stages."""
+    best = {}
+    for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: -r["tflops"]):
+        best.setdefault((r["D"], r["causal"]), {}).setdefault((r["BLOCK_M"], r["BLOCK_N"]), r)
     return best
 
 
-def cell_reason(rows, d, c, bm, bn):
-    """Why a tile shape has no passing configuration (see REASONS)."""
-    here = [r for r in rows if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == (d, c, bm, bn)]
-    heads = {r["status"].split(":")[0] for r in here}
-    return next((short for status, short in REASONS if status in heads), "")
-
-
 def heatmaps_figure(rows, title):
-    """One heatmap per (D, causal): BLOCK_M down, BLOCK_N across, the colour and the number the best
-    TFLOP/s over warps and stages (with that configuration's w and s), or why nothing ran."""
+    """One heatmap per (D, causal): BLOCK_M down, BLOCK_N across, the best TFLOP/s over warps and stages
+    (with that configuration's w and s), or why nothing ran (REASONS)."""
     import numpy as np
     from matplotlib.figure import Figure
 
     best, grps = best_cells(rows), groups(rows)
     ms_, ns_ = sorted({r["BLOCK_M"] for r in rows}), sorted({r["BLOCK_N"] for r in rows})
     cols = 2 if len(grps) > 1 else 1
-    nrows = -(-len(grps) // cols)
-    fig = Figure(figsize=(5.6 * cols, 5.2 * nrows))
-    axes = fig.subplots(nrows, cols, squeeze=False)
+    fig = Figure(figsize=(5.6 * cols, 5.2 * -(-len(grps) // cols)))
+    axes = fig.subplots(-(-len(grps) // cols), cols, squeeze=False)
     vmax = max((r["tflops"] for cells in best.values() for r in cells.values()), default=1.0)
     for ax, (d, c) in zip(axes.flat, grps):
         grid = np.full((len(ms_), len(ns_)), np.nan)
-        for (bm, bn), r in best[(d, c)].items():
+        for (bm, bn), r in best.get((d, c), {}).items():
             grid[ms_.index(bm), ns_.index(bn)] = r["tflops"]
         ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax, origin="lower")
         for i, bm in enumerate(ms_):
             for j, bn in enumerate(ns_):
-                r = best[(d, c)].get((bm, bn))
-                if r:
-                    ax.text(
-                        j,
-                        i,
+                if r := best.get((d, c), {}).get((bm, bn)):
+                    text, colour = (
                         f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}",
-                        ha="center",
-                        va="center",
-                        fontsize=7,
-                        color="white" if r["tflops"] < 0.6 * vmax else "black",
+                        "white" if r["tflops"] < 0.6 * vmax else "black",
                     )
                 else:
-                    ax.text(j, i, cell_reason(rows, d, c, bm, bn), ha="center", va="center", fontsize=7, color="gray")
+                    here = {
+                        r["status"].split(":")[0]
+                        for r in rows
+                        if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == (d, c, bm, bn)
+                    }
+                    text, colour = next((short for status, short in REASONS.items() if status in here), ""), "gray"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
         ax.set_xticks(range(len(ns_)), ns_)
         ax.set_yticks(range(len(ms_)), ms_)
-        ax.set_xlabel("BLOCK_N (keys per step)")
-        ax.set_ylabel("BLOCK_M (queries per program)")
-        ax.set_title(f"D={d}, {'causal' if c else 'non-causal'}")
+        ax.set(
+            xlabel="BLOCK_N (keys per step)",
+            ylabel="BLOCK_M (queries per program)",
+            title=f"D={d}, {'causal' if c else 'non-causal'}",
+        )
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -100,10 +92,9 @@ def heatmaps_figure(rows, title):
 
 def draw_heatmaps(gpu_dir, name, label):
     """<name>_heatmaps.png from <name>_sweep.csv; returns its path."""
-    rows = sweep_rows(gpu_dir, name)
+    rows, path = sweep_rows(gpu_dir, name), gpu_dir / f"{name}_heatmaps.png"
     r = rows[0]
     title = f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\nB={r['B']}, H={r['H']}, N={r['N']}, {r['dtype']} — {r['gpu']}"
-    path = gpu_dir / f"{name}_heatmaps.png"
     heatmaps_figure(rows, title).savefig(path, dpi=110)
     return path
 
@@ -113,18 +104,17 @@ def winners(rows, top=3):
     out = []
     for d, c in groups(rows):
         out.append(f"D={d} causal={c}:")
-        for r in ranked(rows, d, c)[:top]:
-            out.append(
-                f'    triton.Config({{"BLOCK_M": {r["BLOCK_M"]}, "BLOCK_N": {r["BLOCK_N"]}}}, '
-                f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s"
-            )
+        out += [
+            f'    triton.Config({{"BLOCK_M": {r["BLOCK_M"]}, "BLOCK_N": {r["BLOCK_N"]}}}, '
+            f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s"
+            for r in ranked(rows, d, c)[:top]
+        ]
     return "\n".join(out)
 
 
 def programs_per_sm(row, dev):
-    """Resident programs per SM, from the compiled kernel's registers and shared memory (the CUDA
-    occupancy rules: registers allocated per warp in units of 256, 1 KB of shared memory reserved
-    per program, at most 64 warps and 32 programs per SM)."""
+    """Resident programs per SM from the compiled registers and shared memory (CUDA's occupancy rules: registers
+    allocated per warp in units of 256, 1 KB of shared memory reserved per program, at most 64 warps, 32 programs)."""
     warps, per_warp = row["num_warps"], -(-row["regs"] * 32 // 256) * 256
     return min(
         dev["regs_per_multiprocessor"] // (per_warp * warps),
@@ -135,121 +125,66 @@ def programs_per_sm(row, dev):
 
 
 def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
-    """The three fastest configurations of each group, with what the compiler made of them.
-    grid_block: the tile dimension the launch has one program per (BLOCK_N for a kernel that holds
-    a key tile, as the backward's dK/dV kernel does), for the waves column."""
+    """The three fastest configurations of each group, with what the compiler made of them; grid_block:
+    the tile dimension the launch has one program per (BLOCK_N for the dK/dV kernel), for the waves."""
     rows, dev = sweep_rows(gpu_dir, name), device(gpu_dir, name)
-    counts = defaultdict(int)
-    for r in rows:
-        counts[r["status"].split(":")[0]] += 1
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    sms = dev["multi_processor_count"]
-    body = []
+    counts = Counter(r["status"].split(":")[0] for r in rows).most_common()  # ties in the order first seen
+    summary = ", ".join(f"{n} {s}" for s, n in counts)
+    sms, body = dev["multi_processor_count"], []
     for d, c in groups(rows):
         for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
-            per_sm = programs_per_sm(r, dev)
-            programs = r["B"] * r["H"] * -(-r["N"] // r[grid_block])
-            body.append(
-                [
-                    d,
-                    "yes" if c else "no",
-                    rank,
-                    f"{r['BLOCK_M']} x {r['BLOCK_N']}",
-                    r["num_warps"],
-                    r["num_stages"],
-                    f"{r['tflops']:.0f}",
-                    f"{r['smem_compiled'] / 1024:.0f} KB",
-                    r["regs"],
-                    per_sm,
-                    f"{programs / (per_sm * sms):.1f}",
-                ]
-            )
-    header = [
-        "D",
-        "causal",
-        "rank",
-        "BLOCK_M x BLOCK_N",
-        "warps",
-        "stages",
-        "TFLOP/s",
-        "shared memory",
-        "registers / thread",
-        "programs / SM",
-        "waves",
-    ]
-    return "\n".join(
-        [
-            provenance_line(rows, f"python -m {module} && make report"),
-            "",
-            f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
-            f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs).",
-            "",
-            markdown_table(header, body, "llrlrrrrrrr"),
-        ]
+            per_sm, programs = programs_per_sm(r, dev), r["B"] * r["H"] * -(-r["N"] // r[grid_block])
+            body.append([d, "yes" if c else "no", rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
+                         f"{r['tflops']:.0f}", f"{r['smem_compiled'] / 1024:.0f} KB", r["regs"], per_sm,
+                         f"{programs / (per_sm * sms):.1f}"])  # fmt: skip
+    header = ["D", "causal", "rank", "BLOCK_M x BLOCK_N", "warps", "stages", "TFLOP/s", "shared memory"]
+    header += ["registers / thread", "programs / SM", "waves"]
+    caption = (
+        f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
+        f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs)."
     )
+    return table_block(rows, f"python -m {module} && make report", caption, header, body, "llrlrrrrrrr")
 
 
 def table_sweep_corners(gpu_dir, name, module):
-    """The best configuration for a few tile shapes, the seed's 16x16 among them."""
-    rows = sweep_rows(gpu_dir, name)
+    """The best configuration for a few tile shapes, the seed's 16 x 16 among them."""
+    rows, tiles = sweep_rows(gpu_dir, name), ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
     best = best_cells(rows)
-    columns = [(64, 0), (64, 1), (128, 0), (128, 1)]
-
-    def cell(r):
-        return f"{r['tflops']:.0f} (w{r['num_warps']} s{r['num_stages']})" if r else "—"
-
-    tiles = ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
-    body = [[f"{bm} x {bn}", *(cell(best[group].get((bm, bn))) for group in columns)] for bm, bn in tiles]
-    header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in columns)]
-    return "\n".join(
-        [
-            provenance_line(rows, f"python -m {module} && make report"),
-            "",
-            f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):",
-            "",
-            markdown_table(header, body, "lrrrr"),
-        ]
-    )
+    cell = lambda r: f"{r['tflops']:.0f} (w{r['num_warps']} s{r['num_stages']})" if r else "—"  # noqa: E731
+    body = [[f"{bm} x {bn}", *(cell(best.get(g, {}).get((bm, bn))) for g in CORNERS)] for bm, bn in tiles]
+    header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in CORNERS)]
+    caption = f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):"
+    return table_block(rows, f"python -m {module} && make report", caption, header, body, "lrrrr")
 
 
 def table_sweep_stages(gpu_dir, name, module):
-    """Pipeline depth for the winning tiles: TFLOP/s, compiled shared memory and programs per SM for
-    each num_stages, at the winner's tile and warps. A group whose winner has the same tile and warps
-    as an earlier group's at the same D (D=64 causal and not, on the H200) adds no row."""
+    """Pipeline depth at each group's winning tile and warps: TFLOP/s, compiled shared memory and programs
+    per SM for each num_stages; a winner already shown at its D (D=64 causal and not) adds no row."""
     rows, dev = sweep_rows(gpu_dir, name), device(gpu_dir, name)
-    stages = sorted({r["num_stages"] for r in rows})
-    picks = {}
+    stages, picks = sorted({r["num_stages"] for r in rows}), {}
     for d, c in groups(rows):
-        if ranked(rows, d, c):
-            w = ranked(rows, d, c)[0]
+        if w := next(iter(ranked(rows, d, c)), None):
             picks.setdefault((d, w["BLOCK_M"], w["BLOCK_N"], w["num_warps"]), c)
     config = {(r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]): r for r in rows}
-    body = []
-    for (d, bm, bn, w), c in picks.items():
-        cells = []
-        for st in stages:
-            r = config.get((d, c, bm, bn, w, st))
-            if r is None or r["status"] != "ok":
-                head, _, why = r["status"].partition(":") if r else ("—", "", "")
-                cells.append(f"{head} ({why.strip()})" if why else head)
-            else:
-                cells.append(f"{r['tflops']:.0f} ({r['smem_compiled'] / 1024:.0f} KB, {programs_per_sm(r, dev)})")
-        body.append([d, "yes" if c else "no", f"{bm} x {bn}, {w} warps", *cells])
+
+    def cell(r):
+        if r is None or r["status"] != "ok":
+            head, _, why = r["status"].partition(":") if r else ("—", "", "")
+            return f"{head} ({why.strip()})" if why else head
+        return f"{r['tflops']:.0f} ({r['smem_compiled'] / 1024:.0f} KB, {programs_per_sm(r, dev)})"
+
+    body = [
+        [d, "yes" if c else "no", f"{bm} x {bn}, {w} warps", *(cell(config.get((d, c, bm, bn, w, s))) for s in stages)]
+        for (d, bm, bn, w), c in picks.items()
+    ]
     header = ["D", "causal", "tile, warps", *(f"{s} stage{'s' if s > 1 else ''}" for s in stages)]
-    return "\n".join(
-        [
-            provenance_line(rows, f"python -m {module} && make report"),
-            "",
-            f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:",
-            "",
-            markdown_table(header, body, "lll" + "r" * len(stages)),
-        ]
-    )
+    caption = f"TFLOP/s (shared memory, programs per SM) by pipeline depth, N={rows[0]['N']}, {rows[0]['dtype']}:"
+    return table_block(rows, f"python -m {module} && make report", caption, header, body, "lll" + "r" * len(stages))
 
 
-def table_smem_check(gpu_dir, name):
-    """Budget estimate against what the compiler really allocated, over every compiled configuration,
-    split by whether the configuration can use Hopper's warpgroup MMA (BLOCK_M >= 64, warps a multiple of 4)."""
+def table_smem_check(gpu_dir, name, module):
+    """The budget's estimate against what the compiler allocated, over every compiled configuration, split
+    by whether it can use Hopper's warpgroup MMA (BLOCK_M >= 64, warps a multiple of 4)."""
     rows = [r for r in sweep_rows(gpu_dir, name) if r["smem_compiled"] is not None]
 
     def summary(group):
@@ -260,9 +195,6 @@ def table_smem_check(gpu_dir, name):
 
     wgmma = [r for r in rows if r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0]
     other = [r for r in rows if not (r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0)]
-    out = []
-    if wgmma:
-        out.append(f"Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps): {summary(wgmma)}.")
-    if other:
-        out.append(f"The rest (BLOCK_M < 64 or 2 warps): {summary(other)}.")
-    return " ".join(out)
+    out = [f"Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps): {summary(wgmma)}."] if wgmma else []
+    out += [f"The rest (BLOCK_M < 64 or 2 warps): {summary(other)}."] if other else []
+    return provenance_line(rows, f"python -m {module} && make report") + "\n\n" + " ".join(out)

@@ -5,9 +5,11 @@ A sweep has to compile one configuration without running it, read what the compi
 has to ask the autotuner what it chose and how many configurations it timed; part 5's host path
 (part5_profiling/fast_launch.py) launches a compiled kernel without Triton's per-call Python.
 A part's first call compiles several kernels, and the compiler can build them side by side
-(compile_together). Triton has no public API for these, so each function below says what it touches and how the Triton versions that meet
-this code behave: 3.6 (the GPU machine), 3.8 and 3.9 (fresh installs). Nothing here works in the
-interpreter, which compiles nothing; importing this module is safe everywhere.
+(compile_together, which common/launch.py calls with the shape class it reads off a kernel's
+arguments: arg_names, autotune_keys). Triton has no public API for these, so each function below
+says what it touches and how the Triton versions that meet this code behave: 3.6 (the GPU machine),
+3.8 and 3.9 (fresh installs). Nothing here works in the interpreter, which compiles nothing;
+importing this module is safe everywhere.
 """
 
 # Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
@@ -43,6 +45,9 @@ __all__ = [
     "resources",
     "launch_hooked",
     "direct_launcher",
+    "arg_names",
+    "autotune_keys",
+    "configs",
     "compile_together",
 ]
 
@@ -184,6 +189,24 @@ def direct_launcher(compiled, tail):
     return launch
 
 
+def arg_names(kernel):
+    """Every parameter of a kernel (run-time and constexpr), in order, through its autotune wrapper.
+    3.6 to 3.9: JITFunction.arg_names."""
+    return jit_function(kernel).arg_names
+
+
+def autotune_keys(kernel):
+    """The names of the arguments an @triton.autotune kernel tunes by (its `key=`); () for a plain
+    jit kernel. 3.6 to 3.9: Autotuner.keys holds the list it was given."""
+    return tuple(kernel.keys) if isinstance(kernel, Autotuner) else ()
+
+
+def configs(kernel):
+    """The triton.Config list of an @triton.autotune kernel, before pruning; [] for a plain jit kernel.
+    3.6 to 3.9: Autotuner.configs."""
+    return list(kernel.configs) if isinstance(kernel, Autotuner) else []
+
+
 # The one background thread of compile_together(..., ahead=device); its thread starts on the first submit.
 _AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-ahead")
 
@@ -199,8 +222,9 @@ def compile_together(calls, first_calls=None, key=None, ahead=None):
     caller keeps and its shape class; given, only the first call of a class compiles.
     ahead: a torch.device: return at once and compile on a background thread (for that device), so
     that the compile runs while the caller goes on; the caller keeps the tensors in `calls` alive
-    until then (a function in `calls` holding them does). A later call with the same first_calls and
-    key waits for that compile to finish, then returns.
+    until then (a function in `calls` holding them does). Returns that compile's Future (None when
+    nothing was started). A later call with the same first_calls and key waits for that compile to
+    finish, then returns.
 
     Compiling a configuration is seconds of the compiler's passes and ptxas (a separate process),
     much of it outside Python's lock, so a pool of threads builds several in about the time of the
@@ -221,13 +245,14 @@ def compile_together(calls, first_calls=None, key=None, ahead=None):
             return
         first_calls[key] = None
     if runtime.INTERPRET or AsyncCompileMode is None:
-        return
+        return None
     if ahead is None:
         _compile(calls)
-        return
+        return None
     started = _AHEAD.submit(_compile, calls, ahead)
     if first_calls is not None:
         first_calls[key] = started
+    return started
 
 
 def _compile(calls, device=None):

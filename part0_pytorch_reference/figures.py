@@ -83,36 +83,24 @@ def figure():
             ax.plot([j[0] - 0.5] * 2, [st["m_old"], st["m"]], color="black", lw=2.2)
             rose = bool(st["m"] > st["m_old"])
             what = f"m rises {st['m_old']:.2f} -> {st['m']:.2f}" if rose else f"m stays {st['m']:.2f}"
+            colour, label = "#8b0000" if rose else "#555555", f"{what}\nalpha = exp(m_old - m_new) = {st['alpha']:.2f}"
+            arrow = dict(arrowstyle="->", color=colour)
             ax.annotate(
-                f"{what}\nalpha = exp(m_old - m_new) = {st['alpha']:.2f}",
-                xy=(j[0] - 0.5, st["m"]),
-                xytext=(j[0] + 0.2, st["m"] + 1.1),
-                fontsize=9,
-                color="#8b0000" if rose else "#555555",
-                arrowprops=dict(arrowstyle="->", color="#8b0000" if rose else "#555555"),
+                label, (j[0] - 0.5, st["m"]), (j[0] + 0.2, st["m"] + 1.1), fontsize=9, color=colour, arrowprops=arrow
             )
     ax.set_ylim(scores.min() - 0.6, last["m"] + 2.4)
     for t, st in enumerate(steps):
         ax.text(st["start"] + 3.5, scores.min() - 0.55, f"tile {t}", ha="center", va="bottom", color=colours[t])
     ax.axhline(0, color="#999999", lw=0.6)
-    ax.set_xlabel("key j")
-    ax.set_ylabel("score s_j = S_ij")
-    ax.set_title("One query row, seen one tile of 8 keys at a time. Black: the running max m_i after each tile")
-    ax.set_xlim(-0.7, len(scores) - 0.3)
+    title = "One query row, seen one tile of 8 keys at a time. Black: the running max m_i after each tile"
+    ax.set(xlabel="key j", ylabel="score s_j = S_ij", title=title, xlim=(-0.7, len(scores) - 0.3))
 
     # 2. l_i and O_i: what was kept is scaled by alpha, then this tile's sum is added
-    for col, (name, old, tile, new, formula) in enumerate(
-        (
-            ("l_i", "l_old", "tile_l", "l", "l_i = alpha * l_i + rowsum(exp(S_ij - m_i))"),
-            (
-                "O_i",
-                "o_old",
-                "tile_o",
-                "o",
-                "O_i = alpha * O_i + exp(S_ij - m_i) V_j   (here one value per key, 1 to 10)",
-            ),
-        )
-    ):
+    formulas = [
+        ("l_i", "l_old", "tile_l", "l", "l_i = alpha * l_i + rowsum(exp(S_ij - m_i))"),
+        ("O_i", "o_old", "tile_o", "o", "O_i = alpha * O_i + exp(S_ij - m_i) V_j   (here one value per key, 1 to 10)"),
+    ]
+    for col, (name, old, tile, new, formula) in enumerate(formulas):
         ax = fig.add_subplot(grid[1, col])
         for t, st in enumerate(steps):
             kept = st["alpha"] * st[old]
@@ -122,15 +110,17 @@ def figure():
             ax.bar(t + 0.2, st[tile], width=0.35, bottom=kept, color=colours[t])
             ax.text(t + 0.2, st[new], f"{st[new]:.2f}", ha="center", va="bottom", fontsize=9)
             if t > 0 and st["alpha"] < 1:
+                arrow = dict(arrowstyle="->", color="#8b0000")
+                label = f"x {st['alpha']:.2f}"
                 ax.annotate(
-                    f"x {st['alpha']:.2f}",
-                    xy=(t + 0.2, kept),
-                    xytext=(t - 0.2, st[old]),
+                    label,
+                    (t + 0.2, kept),
+                    (t - 0.2, st[old]),
                     fontsize=9,
                     color="#8b0000",
                     ha="center",
                     va="bottom",
-                    arrowprops=dict(arrowstyle="->", color="#8b0000"),
+                    arrowprops=arrow,
                 )
         ax.set_xticks(range(N_TILES), [f"after tile {t}" for t in range(N_TILES)])
         ax.set_ylabel(name + " (relative to the running max)")
@@ -150,10 +140,9 @@ def figure():
         j = keys[t * TILE : (t + 1) * TILE]
         ax.bar(j, online[j], color=colours[t], width=0.7)
     ax.plot(keys, direct, "k.", ms=6, label="torch.softmax of all 32 scores at once")
-    ax.set_ylim(0, float(direct.max()) * 1.45)
-    ax.set_xlabel("key j")
-    ax.set_ylabel("softmax weight")
-    ax.set_xlim(-0.7, len(scores) - 0.3)
+    ax.set(
+        ylim=(0, float(direct.max()) * 1.45), xlabel="key j", ylabel="softmax weight", xlim=(-0.7, len(scores) - 0.3)
+    )
     ax.legend(loc="upper left", fontsize=9)
     out, lse = last["o"] / last["l"], last["m"] + math.log(last["l"])
     ax.set_title(

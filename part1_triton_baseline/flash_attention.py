@@ -13,14 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from common import library
+from common import launch, library
 from common.backward import flash_backward
-from common.runtime import set_triton_allocator
 from common.validate import check_inputs
 
 BLOCK_M = 16  # query rows per program
 BLOCK_N = 16  # key rows per inner-loop step
-MAX_GRID_Y = 65535  # CUDA's limit on the second grid axis (one program row per sequence)
 
 
 # N_QUERIES and N_KEYS are runtime values: without do_not_specialize, Triton would compile one
@@ -93,25 +91,15 @@ def _dot_precision(Q):
     return "ieee" if Q.dtype == torch.float32 else "tf32"
 
 
-def _as_sequences(t):
-    """(..., N, D) -> contiguous (B*H, N, D) on a 16-byte boundary, as descriptors require."""
-    t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
-    return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
-    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    q, k, v = (_as_sequences(t) for t in (Q, K, V))
-    if q.shape[0] > MAX_GRID_Y:
-        raise ValueError(f"q holds {q.shape[0]} (batch * head) sequences; this launch grid allows {MAX_GRID_Y}")
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    q, k, v = launch.sequences(Q, K, V)  # (B*H, N, D), contiguous
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = (triton.cdiv(n_q, BLOCK_M), q.shape[0])
     meta = dict(D=d, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    _attn_fwd[grid](q, k, v, o, lse, n_q, n_k, d**-0.5, **meta)
+    launch.run(_attn_fwd, grid, q, k, v, o, lse, n_q, n_k, d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
 
 

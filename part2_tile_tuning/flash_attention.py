@@ -1,10 +1,8 @@
 """Part 2: tile tuning. Part 1's kernel, unchanged, with tile sizes, warps and stages autotuned.
 
-The kernel body is part 1's line for line. What changes is how it is launched: BLOCK_M, BLOCK_N,
-num_warps and num_stages come from @triton.autotune, which times each configuration in CONFIGS
-the first time it sees a new shape class (dtype, D, causal, and the power of two above N) and
-remembers the fastest. CONFIGS is the short list the sweep in sweep.py measured as best; any
-configuration whose tiles do not fit in shared memory for the call's dtype is pruned first.
+The kernel body is part 1's line for line; only the launch changes. @triton.autotune times each
+configuration in CONFIGS (sweep.py's best, less those that do not fit in shared memory) the first
+time it meets a shape class (dtype, D, causal, the power of two above N) and keeps the fastest.
 
 Run:  make test PART=2   |   make bench PART=2   |   python -m part2_tile_tuning.sweep (GPU)
 """
@@ -13,34 +11,27 @@ import torch
 import triton
 import triton.language as tl
 
-from common import library, triton_tools
+from common import launch, library
 from common.backward import flash_backward
-from common.runtime import INTERPRET, set_triton_allocator
+from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`; H200,
-# bf16, B=4, H=8, N=4096), one per group: D=64 non-causal and causal both pick 64x128 w4 s2;
-# D=128 non-causal picks 128x128 w8 s3, causal 128x64 w4 s2.
+# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`; H200, bf16, B=4,
+# H=8, N=4096): D=64 64x128 w4 s2 (causal or not); D=128 128x128 w8 s3, causal 128x64 w4 s2.
 TUNED = [
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=2),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.3-3.4
-# TFLOP/s, and ptxas takes up to 70 s to compile each. The float32 sweep (results/h200/
-# part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
-# loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
-# an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.
+# Float32 multiplies as IEEE float32 (no tensor cores): the tiles above spill (0.3-3.4 TFLOP/s, up to 70 s
+# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep
+# --dtype fp32`) found one small tile per D: 10-11 TFLOP/s, 3-7 s to compile; a float32 call takes it alone.
 FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64
     128: triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
 }
-# The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
-CONFIGS = (
-    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    if INTERPRET
-    else TUNED + list(FLOAT32.values())
-)
+INTERPRETED = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)  # M != N: swaps show
+CONFIGS = [INTERPRETED] if INTERPRET else TUNED + list(FLOAT32.values())  # the interpreter cannot time
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
@@ -48,33 +39,15 @@ def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
     return block_m * d * elem_bytes + num_stages * 2 * block_n * d * elem_bytes
 
 
-def smem_limit():
-    """Shared memory one program may use, read off the GPU (227 KB on Hopper, 99 KB on Ada).
-    Without a GPU nothing is pruned for real; Hopper's value keeps the arithmetic printable."""
-    if not torch.cuda.is_available():
-        return 227 * 1024
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
-
-
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: a float32 call gets the float32 tile of its D; a 16-bit call the other
-    configurations whose tiles fit in shared memory for its D. (A list without the float32 tiles,
-    one a test forces, is pruned as it is.)"""
+    """early_config_prune: a float32 call gets its D's float32 tile, a 16-bit call the others that fit."""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
     tile = FLOAT32[128 if d > 64 else 64]
     if elem_bytes == 4 and any(c is tile for c in configs):
         return [tile]
     configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
     need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
-    return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
-
-
-def n_bucket(n_q, n_k):
-    """The autotuner's shape class for sequence length: the power of two at or above max(N), min 256."""
-    return max(256, triton.next_power_of_2(max(n_q, n_k)))
-
-
-MAX_GRID_Y = 65535  # CUDA's limit on the second grid axis (one program row per sequence)
+    return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
 
 
 # N_QUERIES and N_KEYS are runtime values: without do_not_specialize, Triton would compile one
@@ -152,39 +125,16 @@ def _dot_precision(Q):
     return "ieee" if Q.dtype == torch.float32 else "tf32"
 
 
-def _as_sequences(t):
-    """(..., N, D) -> contiguous (B*H, N, D) on a 16-byte boundary, as descriptors require."""
-    t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
-    return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-# The shape classes whose configurations are compiled (triton_tools.compile_together): the first call
-# of a class compiles every configuration the autotuner will time side by side, not one by one as
-# its timing loop would; later calls find them in Triton's cache.
-_compiled = {}
-
-
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
-    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    q, k, v = (_as_sequences(t) for t in (Q, K, V))
-    if q.shape[0] > MAX_GRID_Y:
-        raise ValueError(f"q holds {q.shape[0]} (batch * head) sequences; this launch grid allows {MAX_GRID_Y}")
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    q, k, v = launch.sequences(Q, K, V)  # (B*H, N, D), contiguous
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]), q.shape[0])  # noqa: E731
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    args = (q, k, v, o, lse, n_q, n_k, n_bucket(n_q, n_k), d**-0.5)
-    triton_tools.compile_together([(_attn_fwd, args, meta)], _compiled, (q.device, q.dtype, d, is_causal, args[-2]))
-    _attn_fwd[grid](*args, **meta)
+    launch.run(_attn_fwd, grid, q, k, v, o, lse, n_q, n_k, launch.n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
-
-
-def forward_config():
-    """What the autotuner chose for the last forward, as the benchmark's tables name it ("128x64 w4 s3")."""
-    return triton_tools.chosen_label(_attn_fwd)
 
 
 class FlashAttention(torch.autograd.Function):

@@ -16,7 +16,7 @@ import sys
 import torch
 import triton
 
-from common import sweep
+from common import launch, sweep
 
 
 class Forward(sweep.ForwardTarget):
@@ -35,7 +35,7 @@ class Forward(sweep.ForwardTarget):
     def launch(self, t, config):
         q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
         n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
-        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, self.module().n_bucket(n_q, n_k), d**-0.5)
+        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, launch.n_bucket(n_q, n_k), d**-0.5)
         precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
         return args, dict(
             D=d,

@@ -15,7 +15,7 @@
 # %%
 import torch
 
-from common import parts, runtime
+from common import launch, parts, runtime
 from common.check import check_part
 from common.inputs import Shape, make_inputs
 from common.sweep import regs_estimate
@@ -30,7 +30,7 @@ print(runtime.describe())
 # buffers each of K and V in flight. In bf16 (2 bytes):
 
 # %%
-limit = part2.smem_limit()
+limit = launch.smem_limit()
 where = "read off this GPU" if runtime.HAS_GPU else "no GPU here: Hopper's limit, assumed"
 print(f"shared memory one program may use: {limit // 1024} KB ({where})")
 for d in (64, 128):
@@ -79,4 +79,4 @@ report = check_part(part2, q, k, v, do, is_causal=True)
 print(report)
 assert report.ok
 if runtime.HAS_GPU:
-    print("the autotuner picked:", part2.forward_config())
+    print("the autotuner picked:", parts.forward_config(part2))

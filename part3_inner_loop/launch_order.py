@@ -16,16 +16,22 @@ the end, where a few of them would run alone. The orders:
   read the K and V of about 4 sequences, not all of them.
 
 Part 3 ships the tile-major order (ungrouped) for causal calls and sequence-major otherwise (the CSV's
-shipped column marks them). Each variant is part 3's kernel with its ORDER switch (variants.py) set
-to one order for every call (nothing else changes), checked against the float64 reference before it
-is timed.
+shipped column marks them). Each variant is part 3's kernel with one patch, tools/variants/<order>.diff
+(applied by common.steps.variant), that makes its order the one for every call (nothing else changes),
+checked against the float64 reference before it is timed.
 """
 
 import sys
 
-from common import results, study
-from part3_inner_loop import variants
+from common import parts, results, study
 
+ORDERS = {  # the study's names for them -> their patches in tools/variants/
+    "sequence-major": "sequence_major",
+    "sequence-major, last tile first": "sequence_major_last_first",
+    "tile-major, last tile first": "tile_major_last_first",
+    "tile-major in groups of 4 sequences, last tile first": "tile_major_grouped",
+}
+SHIPPED_ORDER = {False: "sequence-major", True: "tile-major, last tile first"}  # part 3's, by causal
 SEQ_LENS = (1024, 4096, 16384)
 FIELDS = [
     "order",
@@ -42,14 +48,13 @@ FIELDS = [
 
 
 def run(seq_lens, save=None):
-    forwards = {name: variants.forward(order=order) for name, order in variants.ORDERS.items()}
-    shipped = variants.SHIPPED_ORDER
+    modules = {name: parts.load_variant(3, patch) for name, patch in ORDERS.items()}
     return study.time_forwards(
-        forwards,
-        lambda order, causal: dict(order=order, shipped=int(order == shipped[causal])),
+        {name: module.flash_forward for name, module in modules.items()},
+        lambda order, causal: dict(order=order, shipped=int(order == SHIPPED_ORDER[causal])),
         seq_lens,
         save=save,
-        config=lambda _: variants.chosen(),
+        config=lambda name: parts.forward_config(modules[name]),
     )
 
 

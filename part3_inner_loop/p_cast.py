@@ -4,7 +4,8 @@ multiply 16-bit operands). Kept in float32 instead, V must be widened and the pr
 
     python -m part3_inner_loop.p_cast      # GPU: results/<gpu>/part3_p_cast.csv
 
-The three variants are part 3's kernel with its P_PRODUCT switch (variants.py) in each position. Accuracy:
+The three variants are part 3's kernel as it ships and with each of two patches, tools/variants/
+p_float32_tf32.diff and p_float32_ieee.diff (applied by common.steps.variant). Accuracy:
 max |O - O_ref| against the float64 reference, bf16 and fp16 inputs, several N and score sizes
 (q and k scaled so the scores S have standard deviation 1 or 4), beside PyTorch's own attention in
 the input dtype (the baseline of the tests' tolerance rule). Speed: each variant timed at
@@ -16,16 +17,25 @@ import sys
 
 import torch
 
-from common import results, study
+from common import parts, results, study
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
 from common.runtime import DEVICE
 from common.timing import attention_flops, tflops, time_ms
-from part3_inner_loop import variants
 
+P_PRODUCTS = {  # the study's names -> their patches in tools/variants/ (None: part 3's kernel as it ships)
+    "P cast to the input dtype (part 3)": None,
+    "P float32, TF32 product": "p_float32_tf32",
+    "P float32, IEEE product": "p_float32_ieee",
+}
 SEQ_LENS = (512, 2048, 4096)
 SCORE_STDS = (1.0, 4.0)
 FIELDS = ["variant", "what", "dtype", "B", "H", "N", "D", "score_std", "err", "ms", "tflops", *results.PROVENANCE]
+
+
+def variant_forward(patch):
+    """flash_forward of part 3's kernel with the patch applied (None: as it ships)."""
+    return (parts.load(3) if patch is None else parts.load_variant(3, patch)).flash_forward
 
 
 def accuracy_rows(forwards, meta):
@@ -96,7 +106,7 @@ def main(argv=None):
     study.arguments(__doc__, argv)
     if not study.on_gpu("This study times compiled kernels in bf16"):
         return 0
-    forwards = {name: variants.forward(p_product=choice) for name, choice in variants.P_PRODUCTS.items()}
+    forwards = {name: variant_forward(patch) for name, patch in P_PRODUCTS.items()}
     meta = results.provenance()
     path = results.results_dir() / "part3_p_cast.csv"
     rows = accuracy_rows(forwards, meta)

@@ -14,7 +14,7 @@ import sys
 import torch
 import triton
 
-from common import sweep
+from common import launch, sweep
 
 
 class Forward(sweep.ForwardTarget):
@@ -36,7 +36,7 @@ class Forward(sweep.ForwardTarget):
         q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
         n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
         n_seqs = q.shape[0]
-        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, n_seqs, self.module().n_bucket(n_q, n_k), d**-0.5)
+        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, n_seqs, launch.n_bucket(n_q, n_k), d**-0.5)
         precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
         constexprs = dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision)
         return args, dict(constexprs, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])

@@ -1,10 +1,13 @@
-"""dQ two ways: the deterministic second pass (part 4's default) against FlashAttention-2's atomics.
+"""dQ two ways: the deterministic second pass (part 4's) against FlashAttention-2's atomics.
 
     python -m part4_backward.dq_atomics    # GPU: results/<gpu>/part4_dq_atomics.csv
 
-For each shape (B=4, H=8, bf16): check both backward variants against the float64 reference, time
-the backward alone (flash_backward from the saved O and L: the three or two launches), and run each
-variant five times on the same inputs to see whether dQ comes out bit for bit the same.
+The atomics are a patch on part 4's kernel, tools/variants/atomic_dq.diff: the dK/dV kernel adds
+each dS_ij K_j into a float32 dQ with atomics (ATOMIC_DQ), and the dQ kernel is not launched;
+flash_backward(..., atomic_dq=False) of the patched file is part 4's backward (tests/test_backward.py
+checks both). For each shape (B=4, H=8, bf16): check both against the float64 reference, time the
+backward alone (flash_backward from the saved O and L: the three or two launches), and run each five
+times on the same inputs to see whether dQ comes out bit for bit the same.
 """
 
 import functools
@@ -12,12 +15,11 @@ import sys
 
 import torch
 
-from common import results, study
+from common import parts, results, study
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE
 from common.timing import attention_flops, tflops, time_ms
-from part4_backward import flash_attention
 
 B, H = 4, 8
 SEQ_LENS = (1024, 4096)
@@ -38,7 +40,7 @@ def main(argv=None):
     study.arguments(__doc__, argv)
     if not study.on_gpu("Timing the two dQ variants (tests/test_backward.py checks both anywhere)"):
         return 0
-    module = flash_attention
+    module = parts.load_variant(4, "atomic_dq")
     meta, rows = results.provenance(), []
     for d in (64, 128):
         for causal in (False, True):

@@ -4,8 +4,8 @@ replacing the tiled PyTorch backward of parts 0-3 (thousands of small launches p
 - _attn_bwd_preprocess: D = rowsum(dO * O), which makes the softmax gradient tile-local;
 - _attn_bwd_dkdv: one program per key tile accumulates dK_j and dV_j over the query tiles;
 - _attn_bwd_dq: one program per query tile accumulates dQ_i over the key tiles. Deterministic:
-  no atomics, so the same inputs give the same bits. flash_backward(..., atomic_dq=True) is
-  FlashAttention-2's alternative (dQ added with atomics by the dK/dV kernel), kept to compare.
+  no atomics, so the same inputs give the same bits (dq_atomics.py times FlashAttention-2's
+  alternative, dQ added with atomics by the dK/dV kernel: tools/variants/atomic_dq.diff).
 
 Both loops recompute P = exp(S - L) from the forward's L, skip the tiles causality hides, and
 mask only the diagonal (and, for dQ, the ragged last key) tiles, as part 3's forward does.
@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from common import library, triton_tools
-from common.runtime import INTERPRET, set_triton_allocator
+from common import launch, library
+from common.runtime import INTERPRET
 from common.validate import check_inputs
 
 # Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
@@ -30,21 +30,15 @@ TUNED = [
     triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
-# Float32 inputs multiply as IEEE float32 (no tensor cores), where the tiles above spill: 0.3-3.4
-# TFLOP/s, and ptxas takes up to 70 s to compile each. The float32 sweep (results/h200/
-# part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep --dtype fp32`; the same products as part 2's
-# loop) found one small tile per head dim that runs at 10-11 TFLOP/s, compiles in 3-7 s and fits in
-# an Ada GPU's 99 KB too: a float32 call takes it alone, with nothing to time.
+# Float32 multiplies as IEEE float32 (no tensor cores): the tiles above spill (0.3-3.4 TFLOP/s, up to 70 s
+# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep
+# --dtype fp32`) found one small tile per D: 10-11 TFLOP/s, 3-7 s to compile; a float32 call takes it alone.
 FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64
     128: triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),
 }
-# The interpreter cannot time configurations, so it gets one; M != N catches swapped indices.
-CONFIGS = (
-    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    if INTERPRET
-    else TUNED + list(FLOAT32.values())
-)
+INTERPRETED = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)  # M != N: swaps show
+CONFIGS = [INTERPRETED] if INTERPRET else TUNED + list(FLOAT32.values())  # the interpreter cannot time
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
@@ -52,50 +46,25 @@ def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
     return block_m * d * elem_bytes + num_stages * 2 * block_n * d * elem_bytes
 
 
-def smem_limit():
-    """Shared memory one program may use, read off the GPU (227 KB on Hopper, 99 KB on Ada).
-    Without a GPU nothing is pruned for real; Hopper's value keeps the arithmetic printable."""
-    if not torch.cuda.is_available():
-        return 227 * 1024
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
-
-
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: a float32 call gets the float32 tile of its D; a 16-bit call the other
-    configurations whose tiles fit in shared memory for its D. (A list without the float32 tiles,
-    one a test forces, is pruned as it is.)"""
+    """early_config_prune: a float32 call gets its D's float32 tile, a 16-bit call the others that fit."""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
     tile = FLOAT32[128 if d > 64 else 64]
     if elem_bytes == 4 and any(c is tile for c in configs):
         return [tile]
     configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
     need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
-    return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
-
-
-def n_bucket(n_q, n_k):
-    """The autotuner's shape class for sequence length: the power of two at or above max(N), min 256."""
-    return max(256, triton.next_power_of_2(max(n_q, n_k)))
+    return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
 
 
 @triton.jit
 def _attn_fwd_inner(
-    acc,
-    l_i,
-    m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
-    q,
-    k_desc,
-    v_desc,
-    q_pos,
-    lo,
-    hi,
-    N_KEYS,
-    qk_scale,
+    acc, l_i, m_i,  # running state of the query tile: unnormalised O_i, sum and max (base 2)
+    q, k_desc, v_desc, q_pos, lo, hi, N_KEYS, qk_scale,
     BLOCK_N: tl.constexpr,
     MASKED: tl.constexpr,  # False: every key in [lo, hi) is visible to every row, no tl.where at all
-    IS_CAUSAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     """The online softmax over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
@@ -192,40 +161,10 @@ def _attn_fwd(
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
 
     q = q_desc.load([q_start, 0])  # (BLOCK_M, D), loaded once
-    acc, l_i, m_i = _attn_fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_desc,
-        v_desc,
-        q_pos,
-        0,
-        unmasked_hi,
-        N_KEYS,
-        qk_scale,
-        BLOCK_N,
-        False,
-        IS_CAUSAL,
-        DOT_PRECISION,
-    )
-    acc, l_i, m_i = _attn_fwd_inner(
-        acc,
-        l_i,
-        m_i,
-        q,
-        k_desc,
-        v_desc,
-        q_pos,
-        unmasked_hi,
-        hi,
-        N_KEYS,
-        qk_scale,
-        BLOCK_N,
-        True,
-        IS_CAUSAL,
-        DOT_PRECISION,
-    )
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi,  # unmasked tiles
+                                    N_KEYS, qk_scale, BLOCK_N, False, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi,  # then masked
+                                    N_KEYS, qk_scale, BLOCK_N, True, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
 
     o = acc / l_i[:, None]  # the one division
     o_desc.store([q_start, 0], o.to(q.dtype))  # rows past N_QUERIES are dropped
@@ -240,37 +179,16 @@ def _dot_precision(Q):
     return "ieee" if Q.dtype == torch.float32 else "tf32"
 
 
-def _as_sequences(t):
-    """(..., N, D) -> contiguous (B*H, N, D) on a 16-byte boundary, as descriptors require."""
-    t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
-    return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-# The shape classes whose configurations are compiled (triton_tools.compile_together): the first call
-# of a class compiles every configuration the autotuner will time side by side, not one by one as
-# its timing loop would; later calls find them in Triton's cache.
-_compiled = {}
-
-
 @library.traceable
 def flash_forward(Q, K, V, is_causal):
     """O (like Q) and L (float32, Q.shape[:-1]) from one launch of _attn_fwd."""
-    set_triton_allocator()  # Triton keeps it per thread: set it in whichever thread launches
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    q, k, v = (_as_sequences(t) for t in (Q, K, V))
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    q, k, v = launch.sequences(Q, K, V)  # (B*H, N, D), contiguous
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     grid = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * q.shape[0],)  # noqa: E731
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    args = (q, k, v, o, lse, n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
-    triton_tools.compile_together([(_attn_fwd, args, meta)], _compiled, (q.device, q.dtype, d, is_causal, args[-2]))
-    _attn_fwd[grid](*args, **meta)
+    launch.run(_attn_fwd, grid, q, k, v, o, lse, n_q, n_k, q.shape[0], launch.n_bucket(n_q, n_k), d**-0.5, **meta)
     return o.view(Q.shape), lse.view(Q.shape[:-1])
-
-
-def forward_config():
-    """What the autotuner chose for the last forward, as the benchmark's tables name it ("128x64 w4 s3")."""
-    return triton_tools.chosen_label(_attn_fwd)
 
 
 # ----------------------------------------------------------------------------------- backward
@@ -281,9 +199,6 @@ def forward_config():
 #   3. _attn_bwd_dq: one program per query tile Q_i; walks the key tiles it sees and accumulates
 #      dQ_i (a query tile's gradient sums over keys). No atomics: each program owns its output
 #      tile, so the result is the same bits on every run.
-# With ATOMIC_DQ, _attn_bwd_dkdv instead adds each dS_ij K_j into a float32 dQ with atomics and
-# launch 3 is skipped (FlashAttention-2's choice): one pass fewer, but the order of the additions,
-# and so the rounding, changes from run to run.
 # Winners of part 4's sweeps (results/h200/part4_dkdv_sweep.csv and part4_dq_sweep.csv,
 # `python -m part4_backward.sweep --kernel dkdv|dq`; H200, bf16, B=4, H=8, N=4096). dK/dV: D=64
 # 32x128 w4 s3, D=128 64x64 w4 s2 (causal or not). dQ: D=64 128x64 w8 s3, D=128 128x32 w4 s3
@@ -348,7 +263,7 @@ def bwd_fits_in_smem(streamed):
             return [tile]
         configs = [c for c in configs if all(c is not t for t in float32.values())] or configs
         need = {c: bwd_smem_bytes(c.kwargs[held], c.kwargs[streamed], d, elem_bytes, c.num_stages) for c in configs}
-        return [c for c in configs if need[c] <= smem_limit()] or [min(configs, key=need.get)]
+        return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
 
     return prune
 
@@ -368,28 +283,10 @@ def _attn_bwd_preprocess(O, DO, DELTA, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK
 
 @triton.jit
 def _attn_bwd_dkdv_inner(
-    dk,
-    dv,
-    k,
-    v,
-    q_desc,
-    do_desc,
-    L,
-    DELTA,
-    DQ,
-    k_pos,
-    lo,
-    hi,
-    N_QUERIES,
-    N_KEYS,
-    qk_scale,
-    scale,
-    D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    MASKED: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    dk, dv, k, v, k_pos,  # this program's key tile, its running dK_j and dV_j
+    q_desc, do_desc, L, DELTA, lo, hi, N_QUERIES, qk_scale,
+    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     """dK_j, dV_j summed over the query tiles starting at lo, lo + BLOCK_M, ... below hi. Works on
     the transposed tile (keys x queries) so that dK_j and dV_j come out of plain row-major dots."""
     for q_start in range(lo, hi, BLOCK_M):
@@ -404,48 +301,26 @@ def _attn_bwd_dkdv_inner(
         p_t = tl.exp2(s_t * qk_scale - l_2[None, :])  # P_ij^T = exp(S_ij - L_i), the forward's softmax
         if MASKED:  # causal, on the diagonal tiles: key j is visible to query i when j <= i
             p_t = tl.where(k_pos[:, None] <= q_pos[None, :], p_t, 0.0)
-        if ATOMIC_DQ:  # zero-filled keys past N_KEYS: their P can overflow, and dQ sums over keys
-            p_t = tl.where(k_pos[:, None] < N_KEYS, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PRECISION)  # dV_j += P_ij^T dO_i
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)  # (BLOCK_N, BLOCK_M) dP_ij^T
         ds_t = p_t * (dp_t - delta[None, :])  # dS_ij^T = P_ij^T * (dP_ij^T - D_i)
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PRECISION)  # dK_j += dS_ij^T Q_i
-        if ATOMIC_DQ:
-            dq = tl.dot(tl.trans(ds_t).to(k.dtype), k, input_precision=DOT_PRECISION) * scale  # (BLOCK_M, D)
-            dq_ptrs = DQ + q_pos[:, None] * D + tl.arange(0, D)[None, :]
-            tl.atomic_add(dq_ptrs, dq, mask=in_range[:, None], sem="relaxed")
     return dk, dv
 
 
 @triton.autotune(
     configs=BWD_DKDV_CONFIGS,
-    key=["D", "IS_CAUSAL", "ATOMIC_DQ", "N_BUCKET"],
-    reset_to_zero=["DQ"],
+    key=["D", "IS_CAUSAL", "N_BUCKET"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_M")},
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dkdv(
-    Q,
-    K,
-    V,
-    DO,
-    L,
-    DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (BH, N_k, D); L, D_i (BH, N_q) float32
-    DK,
-    DV,
-    DQ,  # written: dK, dV like K; DQ float32 (BH, N_q, D), added to with ATOMIC_DQ only
-    N_QUERIES,
-    N_KEYS,
-    N_SEQS,
-    N_BUCKET,
-    scale,
-    D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    Q, K, V, DO, L, DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (BH, N_k, D); L, D_i (BH, N_q) float32
+    DK, DV,  # written: dK, dV like K
+    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     # Causal, the first key tiles are seen by the most queries: program order = key tile order
     # puts the longest programs first, as the forward does with its last query tiles.
     pid = tl.program_id(0)
@@ -457,7 +332,6 @@ def _attn_bwd_dkdv(
     v_desc = tl.make_tensor_descriptor(V + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
     dk_desc = tl.make_tensor_descriptor(DK + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
     dv_desc = tl.make_tensor_descriptor(DV + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    DQ += bh * N_QUERIES * D
     L += bh * N_QUERIES
     DELTA += bh * N_QUERIES
 
@@ -479,75 +353,20 @@ def _attn_bwd_dkdv(
     else:
         lo = 0
         masked_hi = 0
-    dk, dv = _attn_bwd_dkdv_inner(
-        dk,
-        dv,
-        k,
-        v,
-        q_desc,
-        do_desc,
-        L,
-        DELTA,
-        DQ,
-        k_pos,
-        lo,
-        masked_hi,
-        N_QUERIES,
-        N_KEYS,
-        qk_scale,
-        scale,
-        D,
-        BLOCK_M,
-        True,
-        ATOMIC_DQ,
-        DOT_PRECISION,
-    )
-    dk, dv = _attn_bwd_dkdv_inner(
-        dk,
-        dv,
-        k,
-        v,
-        q_desc,
-        do_desc,
-        L,
-        DELTA,
-        DQ,
-        k_pos,
-        tl.maximum(masked_hi, lo),
-        N_QUERIES,
-        N_QUERIES,
-        N_KEYS,
-        qk_scale,
-        scale,
-        D,
-        BLOCK_M,
-        False,
-        ATOMIC_DQ,
-        DOT_PRECISION,
-    )
+    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, L, DELTA, lo, masked_hi,  # the diagonal's
+                                  N_QUERIES, qk_scale, BLOCK_M, True, DOT_PRECISION)  # fmt: skip
+    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, L, DELTA, tl.maximum(masked_hi, lo),
+                                  N_QUERIES, N_QUERIES, qk_scale, BLOCK_M, False, DOT_PRECISION)  # fmt: skip
     dk_desc.store([k_start, 0], (dk * scale).to(k.dtype))  # dK_j = scale * sum_i dS_ij^T Q_i
     dv_desc.store([k_start, 0], dv.to(v.dtype))
 
 
 @triton.jit
 def _attn_bwd_dq_inner(
-    dq,
-    q,
-    do,
-    l_2,
-    delta,
-    k_desc,
-    v_desc,
-    q_pos,
-    lo,
-    hi,
-    N_KEYS,
-    qk_scale,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    dq, q, do, l_2, delta, q_pos,  # this program's query tile and its running dQ_i
+    k_desc, v_desc, lo, hi, N_KEYS, qk_scale,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     """dQ_i summed over the key tiles starting at lo, lo + BLOCK_N, ... below hi."""
     for k_start in range(lo, hi, BLOCK_N):
         k = k_desc.load([k_start, 0])  # (BLOCK_N, D)
@@ -573,24 +392,12 @@ def _attn_bwd_dq_inner(
 )
 @triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
 def _attn_bwd_dq(
-    Q,
-    K,
-    V,
-    DO,
-    L,
-    DELTA,
+    Q, K, V, DO, L, DELTA,
     DQ,  # DQ like Q, written
-    N_QUERIES,
-    N_KEYS,
-    N_SEQS,
-    N_BUCKET,
-    scale,
-    D: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     tile_m = tl.cdiv(N_QUERIES, BLOCK_M) - 1 - pid // N_SEQS  # last query tiles (most keys) first
     bh = (pid % N_SEQS).to(tl.int64)
@@ -617,117 +424,29 @@ def _attn_bwd_dq(
     else:
         hi = N_KEYS
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
-    dq = _attn_bwd_dq_inner(
-        dq,
-        q,
-        do,
-        l_2,
-        delta,
-        k_desc,
-        v_desc,
-        q_pos,
-        0,
-        unmasked_hi,
-        N_KEYS,
-        qk_scale,
-        BLOCK_N,
-        False,
-        IS_CAUSAL,
-        DOT_PRECISION,
-    )
-    dq = _attn_bwd_dq_inner(
-        dq,
-        q,
-        do,
-        l_2,
-        delta,
-        k_desc,
-        v_desc,
-        q_pos,
-        unmasked_hi,
-        hi,
-        N_KEYS,
-        qk_scale,
-        BLOCK_N,
-        True,
-        IS_CAUSAL,
-        DOT_PRECISION,
-    )
+    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos, k_desc, v_desc, 0, unmasked_hi,  # unmasked tiles
+                            N_KEYS, qk_scale, BLOCK_N, False, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
+    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos, k_desc, v_desc, unmasked_hi, hi,  # then masked
+                            N_KEYS, qk_scale, BLOCK_N, True, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
 
-# The shape classes whose backward kernels are compiled (triton_tools.compile_together): the first
-# call of a class compiles them at once, or finds them compiling since its forward (see
-# compile_backward_ahead); later calls find them in Triton's cache.
-_bwd_compiled = {}
-
-
-def _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq):
-    """The backward's launches as compile_together takes them, (kernel, arguments, constexprs): every
-    configuration each autotuner will time is compiled side by side, not one after the other as
-    the launches would."""
-    n_q, n_seqs = args[0], args[2]
-    calls = [
-        (_attn_bwd_preprocess, (o, do, delta, n_q, n_seqs), dict(D=meta["D"], BLOCK_M=64)),
-        (_attn_bwd_dkdv, (q, k, v, do, lse, delta, dk, dv, dq32, *args), dict(ATOMIC_DQ=atomic_dq, **meta)),
-        (_attn_bwd_dq, (q, k, v, do, lse, delta, dq, *args), meta),
-    ]
-    return calls[:2] if atomic_dq else calls
-
-
-def _bwd_key(q, n_k, is_causal, atomic_dq):
-    """What makes the backward's kernels compile differently: device, dtype, D, causal, the
-    autotuners' length bucket, atomics (q: Q or its (B*H, N, D) view)."""
-    return (q.device, q.dtype, q.shape[-1], is_causal, n_bucket(q.shape[-2], n_k), atomic_dq)
-
-
-def compile_backward_ahead(Q, K, V, is_causal):
-    """Start compiling the backward's kernels for this call's shape class on a background thread,
-    before the forward compiles its own: the two compile side by side, and the first backward
-    waits only for what is left. FlashAttention.forward calls it when a gradient is wanted. Q
-    stands in for O and dO, K for dK, a new float32 tensor for L and D: what the compiler sees of
-    a tensor is its dtype and whether its address is 16-byte aligned, and those are the same."""
-    if torch.compiler.is_compiling():  # torch.compile traces the forward: nothing to start
-        return
-    n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    key = _bwd_key(Q, n_k, is_causal, False)
-    if key in _bwd_compiled:
-        return
-
-    def kernels():  # on the background thread
-        q, k, v = (_as_sequences(t) for t in (Q, K, V))
-        lse, dq32 = (torch.empty(shape, dtype=torch.float32, device=q.device) for shape in (q.shape[:-1], 0))
-        args = (n_q, n_k, q.shape[0], n_bucket(n_q, n_k), d**-0.5)
-        meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-        return _bwd_kernels(q, k, v, q, q, lse, lse, k, v, dq32, q, args, meta, False)
-
-    triton_tools.compile_together(kernels, _bwd_compiled, key, ahead=Q.device)
-
-
 @library.traceable
-def flash_backward(Q, K, V, O, L, dO, is_causal, atomic_dq=False):
-    """dQ, dK, dV (like Q, K, V) from the forward's O and L, in two or three launches."""
-    set_triton_allocator()  # autograd calls this on its own thread, where the forward's allocator is unset
+def flash_backward(Q, K, V, O, L, dO, is_causal):
+    """dQ, dK, dV (like Q, K, V) from the forward's O and L, in three launches."""
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
-    q, k, v, o, do = (_as_sequences(t) for t in (Q, K, V, O, dO))
+    q, k, v, o, do = launch.sequences(Q, K, V, O, dO)
     n_seqs = q.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
     delta = torch.empty_like(lse)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    dq32 = torch.zeros(q.shape if atomic_dq else 0, dtype=torch.float32, device=q.device)  # atomics only
-    dq = dq32 if atomic_dq else torch.empty_like(q)
-    args = (n_q, n_k, n_seqs, n_bucket(n_q, n_k), d**-0.5)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    args = (n_q, n_k, n_seqs, launch.n_bucket(n_q, n_k), d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
-    kernels = lambda: _bwd_kernels(q, k, v, o, do, lse, delta, dk, dv, dq32, dq, args, meta, atomic_dq)  # noqa: E731
-    triton_tools.compile_together(kernels, _bwd_compiled, _bwd_key(q, n_k, is_causal, atomic_dq))
-    _attn_bwd_preprocess[(triton.cdiv(n_q, 64) * n_seqs,)](o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
+    launch.run(_attn_bwd_preprocess, (triton.cdiv(n_q, 64) * n_seqs,), o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64)
     grid_dkdv = lambda META: (triton.cdiv(n_k, META["BLOCK_N"]) * n_seqs,)  # noqa: E731
-    _attn_bwd_dkdv[grid_dkdv](q, k, v, do, lse, delta, dk, dv, dq32, *args, ATOMIC_DQ=atomic_dq, **meta)
-    if atomic_dq:
-        dq = dq32.to(Q.dtype)
-    else:
-        grid_dq = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * n_seqs,)  # noqa: E731
-        _attn_bwd_dq[grid_dq](q, k, v, do, lse, delta, dq, *args, **meta)
+    launch.run(_attn_bwd_dkdv, grid_dkdv, q, k, v, do, lse, delta, dk, dv, *args, **meta)
+    grid_dq = lambda META: (triton.cdiv(n_q, META["BLOCK_M"]) * n_seqs,)  # noqa: E731
+    launch.run(_attn_bwd_dq, grid_dq, q, k, v, do, lse, delta, dq, *args, **meta)
     return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
 
@@ -735,8 +454,8 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
-        if any(ctx.needs_input_grad):  # a first call: the backward's kernels compile beside the forward's
-            compile_backward_ahead(Q, K, V, is_causal)
+        if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
+            launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal

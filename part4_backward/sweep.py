@@ -17,7 +17,7 @@ import sys
 import torch
 import triton
 
-from common import runtime, sweep
+from common import launch, runtime, sweep
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
@@ -46,7 +46,7 @@ class Backward(sweep.SweepTarget):
         q, k, v, do, dq, dk, dv = (t[name].flatten(0, 1) for name in ("Q", "K", "V", "DO", "DQ", "DK", "DV"))
         lse, delta = t["L"].flatten(0, 1), t["DELTA"].flatten(0, 1)
         n = self.N
-        scalars = (n, n, self.B * self.H, self.module().n_bucket(n, n), q.shape[-1] ** -0.5)
+        scalars = (n, n, self.B * self.H, launch.n_bucket(n, n), q.shape[-1] ** -0.5)
         return (q, k, v, do, lse, delta, dq, dk, dv), scalars
 
     def constexprs(self, config):
@@ -89,8 +89,7 @@ class DKDV(Backward):
 
     def launch(self, t, config):
         (q, k, v, do, lse, delta, _, dk, dv), scalars = self.args(t)
-        dq32 = torch.empty(0, dtype=torch.float32, device=q.device)  # written only with ATOMIC_DQ
-        return (q, k, v, do, lse, delta, dk, dv, dq32, *scalars), dict(self.constexprs(config), ATOMIC_DQ=False)
+        return (q, k, v, do, lse, delta, dk, dv, *scalars), self.constexprs(config)
 
     def grid(self, t, config):
         return (triton.cdiv(self.N, config["BLOCK_N"]) * self.B * self.H,)

@@ -80,9 +80,10 @@ for shape, causal in (
 # ## 4. Deterministic by default, atomics as the alternative
 #
 # Each dQ tile is written by one program, summing the key tiles in a fixed order: two calls give
-# the same bits. With `atomic_dq=True` the dK/dV kernel adds each contribution to dQ with float32
-# atomics instead (FlashAttention-2's choice), in whatever order programs finish: on a GPU the
-# last bits change from run to run (the interpreter runs programs one at a time, so it cannot show it).
+# the same bits. FlashAttention-2's choice, kept as a study's patch (tools/variants/atomic_dq.diff:
+# `atomic_dq=True`), has the dK/dV kernel add each contribution to dQ with float32 atomics instead, in
+# whatever order programs finish: on a GPU the last bits change from run to run (the interpreter runs
+# programs one at a time, so it cannot show it).
 
 # %%
 q, k, v, do = make_inputs(Shape((2, 2), 100, 77, 64), torch.float16, runtime.DEVICE, seed=2)
@@ -90,7 +91,8 @@ o, lse = part4.flash_forward(q, k, v, True)
 first = part4.flash_backward(q, k, v, o, lse, do, True)
 second = part4.flash_backward(q, k, v, o, lse, do, True)
 print("second pass, two calls bitwise equal:", all(torch.equal(a, b) for a, b in zip(first, second)))
-atomic = [part4.flash_backward(q, k, v, o, lse, do, True, atomic_dq=True)[0] for _ in range(3)]
+atomics = parts.load_variant(4, "atomic_dq")
+atomic = [atomics.flash_backward(q, k, v, o, lse, do, True, atomic_dq=True)[0] for _ in range(3)]
 print("atomics, max |dQ - dQ (second pass)|:", max((a.float() - first[0].float()).abs().max().item() for a in atomic))
 
 # %% [markdown]

@@ -61,16 +61,22 @@ def test_deterministic(part, dtype, is_causal, mode):
         assert_same(name, a, b, "two calls", reordered and name == "dQ")
 
 
-@pytest.mark.since_part(4)
+@pytest.mark.only_parts(4)
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_atomic_dq(part, dtype, is_causal):
-    """FlashAttention-2's variant (dQ added with atomics by the dK/dV kernel) is correct too."""
+    """FlashAttention-2's variant (dQ added with atomics by the dK/dV kernel), the patch
+    tools/variants/atomic_dq.diff that part4_backward/dq_atomics.py times, is correct too; and with
+    atomic_dq=False the patched file is part 4's backward, bit for bit."""
     skip_unsupported(part, dtype)
+    module = parts.load_variant(part, "atomic_dq")
     for i, shape in enumerate((SHAPE, Shape((2,), 40, 1, 16), Shape((1, 2), 1, 50, 32))):
         q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=2 + i, scale=5.0 if i == 0 else 1.0)
-        out = dict(zip(("O", "L", "dQ", "dK", "dV"), _grads(parts.load(part), q, k, v, do, is_causal, atomic_dq=True)))
+        out = dict(zip(("O", "L", "dQ", "dK", "dV"), _grads(module, q, k, v, do, is_causal, atomic_dq=True)))
         assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"atomic dQ {shape}")
+        shipped = _grads(parts.load(part), q, k, v, do, is_causal)
+        for name, a, b in zip(("O", "L", "dQ", "dK", "dV"), shipped, _grads(module, q, k, v, do, is_causal)):
+            assert_same(name, a, b, f"the patch with atomic_dq=False and part 4 {shape}")
 
 
 @pytest.mark.since_part(4)

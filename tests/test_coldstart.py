@@ -1,6 +1,6 @@
-"""The cold-start benchmark (common/coldstart.py): a real cold run of part 1 through its own fresh
-processes, the table from a synthetic file holding two commits, a process killed at its timeout,
-and the command line."""
+"""The cold-start benchmark (common/coldstart.py): a real cold run of part 1 in fresh processes, a
+process killed at its timeout or failing, the tables from a synthetic file of two commits, and the
+command line."""
 
 import time
 
@@ -12,69 +12,48 @@ from common.runtime import COMPILED
 META = dict(torch="2.x", triton="3.x", command="python -m common.coldstart", parallel=1, timeout=600)
 
 
-def _read(tmp_path):
-    return results.read_csv(tmp_path / coldstart.FILENAME)
-
-
-def _step(rows, scenario, step, causal=0):
-    (row,) = [r for r in rows if r["scenario"] == scenario and r["step"] == step and r["causal"] == causal]
-    return row
-
-
 @pytest.mark.only_parts(1)
 def test_a_cold_run_of_part1_writes_its_steps(part, tmp_path, monkeypatch):
     monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
     argv = ["--part", "1", "--dtype", "fp32", "--causal", "0", "--shape", "small", "--parallel", "2"]
     assert coldstart.main(argv) == 0
-    rows = _read(tmp_path)
-    one = [r for r in rows if r["scenario"] == coldstart.ONE]
-    assert [r["step"] for r in one] == [
-        "import torch",
-        "import part",
-        "first forward",
-        "first backward",
-        "second call",
-        "process",
-    ]
-    four = [r for r in rows if r["scenario"] == coldstart.FOUR]
-    assert [(r["step"], r["causal"]) for r in four] == [
-        ("first forward", 0),
-        ("first backward", 0),
-        ("first forward", 1),
-        ("first backward", 1),
-        ("import torch", None),
-        ("import part", None),
-        ("four calls", None),
-        ("process", None),
-    ]
+    rows = results.read_csv(tmp_path / coldstart.FILENAME)
+    assert set(coldstart.KEY) <= set(coldstart.FIELDS) <= set(rows[0])
+    steps = [(r["scenario"], r["step"], r["causal"]) for r in rows]
+    one = ["import torch", "import part", "first forward", "first backward", "second call", "process"]
+    four = [("first forward", 0), ("first backward", 0), ("first forward", 1), ("first backward", 1)]
+    four += [("import torch", None), ("import part", None), ("four calls", None), ("process", None)]
+    assert steps == [(coldstart.ONE, s, 0) for s in one] + [(coldstart.FOUR, s, c) for s, c in four]
     for r in rows:
-        assert r["part"] == 1 and r["dtype"] == "fp32" and r["shape"] == "small"
-        assert (r["B"], r["H"], r["N"], r["D"]) == (4, None, 128, 64)
-        assert r["seconds"] > 0 and r["status"] == "ok" and r["parallel"] == 2
-        assert r["commit"] == results.commit() and r["gpu"] == results.provenance()["gpu"]
+        assert (r["part"], r["dtype"], r["shape"], r["B"], r["H"], r["N"], r["D"]) == (
+            1,
+            "fp32",
+            "small",
+            4,
+            None,
+            128,
+            64,
+        )
+        assert r["seconds"] > 0 and r["status"] == "ok" and r["parallel"] == 2 and r["commit"] == results.commit()
         assert r["device"] == ("cuda" if COMPILED else "cpu, interpreter")
-    four_calls = [r["seconds"] for r in four if r["step"] in ("first forward", "first backward")]
-    assert sum(four_calls) <= _step(rows, coldstart.FOUR, "four calls", None)["seconds"]
-    assert _step(rows, coldstart.ONE, "import part")["seconds"] < _step(rows, coldstart.ONE, "process")["seconds"]
-    first, second = (_step(rows, coldstart.ONE, s)["seconds"] for s in ("first forward", "second call"))
-    binaries = _step(rows, coldstart.ONE, "process")["binaries"]
+    seconds = {(r["scenario"], r["step"]): r["seconds"] for r in rows if r["causal"] in (0, None)}
+    calls = sum(r["seconds"] for r in rows if r["scenario"] == coldstart.FOUR and r["step"].startswith("first"))
+    assert calls <= seconds[coldstart.FOUR, "four calls"] < seconds[coldstart.FOUR, "process"]
+    binaries = next(r["binaries"] for r in rows if r["step"] == "process")
     if COMPILED:  # the first forward compiles part 1's kernel; the second call finds it compiled
-        assert binaries > 0 and first > second
+        assert binaries > 0 and seconds[coldstart.ONE, "first forward"] > seconds[coldstart.ONE, "second call"]
     else:  # the interpreter compiles nothing
         assert binaries == 0
 
 
-def test_a_fresh_process_gets_a_new_empty_cache():
+def test_each_process_gets_a_new_empty_cache_and_the_repository_root():
     code = (
-        "import json, os; d = os.environ['TRITON_CACHE_DIR']; "
-        "open(os.path.join(d, 'mine'), 'w').close(); "
-        f"print({coldstart.MARK!r} + json.dumps(dict(cache=d, files=sorted(os.listdir(d)), cwd=os.getcwd())))"
+        "import json, os; d = os.environ['TRITON_CACHE_DIR']; open(os.path.join(d, 'mine'), 'w').close(); "
+        f"print({coldstart.MARK!r} + json.dumps(dict(cache=d, files=os.listdir(d), cwd=os.getcwd())))"
     )
-    a, b = (coldstart.run_process(code, timeout=60) for _ in range(2))
-    assert a.status == b.status == "ok"
-    assert a.lines[0]["files"] == b.lines[0]["files"] == ["mine"]  # empty before it wrote
-    assert a.lines[0]["cache"] != b.lines[0]["cache"]
-    assert a.lines[0]["cwd"] == str(coldstart.ROOT)
+    (a, ok_a, *_), (b, ok_b, *_) = (coldstart.run_process(code, timeout=60) for _ in range(2))
+    assert ok_a == ok_b == "ok" and a[0]["files"] == b[0]["files"] == ["mine"] and a[0]["cache"] != b[0]["cache"]
+    assert a[0]["cwd"] == str(coldstart.ROOT)
 
 
 def test_a_process_past_its_timeout_is_killed_and_recorded(tmp_path):
@@ -89,210 +68,146 @@ def test_a_process_past_its_timeout_is_killed_and_recorded(tmp_path):
     )
     start = time.perf_counter()
     ran = coldstart.run_process(code, timeout=2)
-    assert time.perf_counter() - start < 20
-    assert ran.status.startswith("timeout: killed after") and "limit 2 s" in ran.status
-    assert 2 <= ran.seconds < 20
-    job = dict(part=3, scenario=coldstart.ONE, dtype="fp32", shape="small", causal=1)
-    rows = coldstart.job_rows(job, ran)
+    assert time.perf_counter() - start < 20 and 2 <= ran[2] < 20
+    assert ran[1].startswith("timeout: killed after") and "limit 2 s" in ran[1]
+    rows = coldstart.job_rows(dict(part=3, scenario=coldstart.ONE, dtype="fp32", shape="small", causal=1), ran)
     assert [(r["step"], r["status"]) for r in rows] == [
         ("import torch", "ok"),
         ("import part", "ok"),
-        ("process", ran.status),
+        ("process", ran[1]),
     ]
-    assert float(rows[-1]["seconds"]) == pytest.approx(ran.seconds, rel=1e-5)
     # In the table, the steps it never reached say so, with the limit the run was given.
     meta = dict(META, gpu="NVIDIA H200", commit="aaa1111", date="2026-01-01T00:00:00Z", device="cuda", timeout=2)
     results.write_csv(tmp_path / coldstart.FILENAME, [{**meta, **r} for r in rows], coldstart.FIELDS)
     killed = "> 2 (killed)"
     assert f"| 3 | fp32 | yes | (4, 128, 64) | {killed} | {killed} | {killed} |" in coldstart.table(tmp_path)
-    results.write_csv(tmp_path / coldstart.FILENAME, [{**meta, **r, "timeout": ""} for r in rows], coldstart.FIELDS)
-    assert "| 3 | fp32 | yes | (4, 128, 64) | timed out | timed out | timed out |" in coldstart.table(tmp_path)
 
 
 def test_an_error_in_the_process_is_recorded_with_its_last_line():
-    ran = coldstart.run_process("raise SystemExit('part 9 has no kernel')", timeout=60)
-    assert ran.status == "error: part 9 has no kernel" and ran.lines == []
+    lines, status, *_ = coldstart.run_process("raise SystemExit('part 9 has no kernel')", timeout=60)
+    assert status == "error: part 9 has no kernel" and lines == []
 
 
 def _synthetic(tmp_path, gpu="NVIDIA H200"):
-    """Two commits of cold_start.csv: before (slow float32 first calls), after (fast)."""
+    """Two commits of cold_start.csv: before (float32 first calls ten times slower), after."""
     rows = []
-    for commit, date, scale in (("bef0001", "2026-01-01T00:00:00Z", 10), ("aft0002", "2026-01-02T00:00:00Z", 1)):
-        meta = dict(META, gpu=gpu, commit=commit, date=date, device="cuda")
+    for commit, day, scale in (("bef0001", 1, 10), ("aft0002", 2, 1)):
+        meta = dict(META, gpu=gpu, commit=commit, date=f"2026-01-0{day}T00:00:00Z", device="cuda")
         for part in (1, 2):
             for dtype in ("fp32", "fp16"):
+                big = scale if dtype == "fp32" else 1
                 for causal in (0, 1):
-                    group = dict(part=part, scenario=coldstart.ONE, dtype=dtype, shape="small", causal=causal)
-                    big = scale if dtype == "fp32" else 1
-                    seconds = {
-                        "import part": 0.5,
-                        "first forward": big * (4 + part + causal / 2),
-                        "first backward": 0.25 * part,
-                        "second call": 0.001,
-                        "process": big * 8,
-                    }
-                    rows += [dict(meta, **group, step=s, seconds=x, status="ok") for s, x in seconds.items()]
-            four = dict(part=part, scenario=coldstart.FOUR, dtype="fp32", shape="small", causal="")
-            rows += [
-                dict(meta, **four, step="four calls", seconds=scale * 20 * part, status="ok"),
-                dict(meta, **four, step="process", seconds=scale * 25 * part, status="ok"),
-            ]
-            # the four-call process's own per-call rows (causal 0 and 1), which the summary must not take
-            rows += [
-                dict(meta, **four | dict(causal=causal), step=step, seconds=0.01, status="ok")
-                for causal in (0, 1)
-                for step in ("first forward", "first backward")
-            ]
-    path = results.write_csv(tmp_path / coldstart.FILENAME, rows[::-1], coldstart.FIELDS, sort=coldstart.order)
-    return path
+                    group = dict(meta, part=part, scenario=coldstart.ONE, dtype=dtype, shape="small", causal=causal)
+                    seconds = {"first forward": big * (4 + part + causal / 2), "first backward": 0.25 * part}
+                    seconds |= {"second call": 0.001, "process": big * 8}
+                    rows += [dict(group, step=s, seconds=x, status="ok") for s, x in seconds.items()]
+            four = dict(meta, part=part, scenario=coldstart.FOUR, dtype="fp32", shape="small", status="ok")
+            rows += [dict(four, causal="", step="four calls", seconds=scale * 20 * part)]
+            rows += [dict(four, causal="", step="process", seconds=scale * 25 * part)]
+            # the four-call process's own per-call rows, which neither table shows
+            rows += [dict(four, causal=c, step=s, seconds=0.01) for c in (0, 1) for s in coldstart.FIRST]
+    return results.write_csv(tmp_path / coldstart.FILENAME, rows[::-1], coldstart.FIELDS, sort=coldstart.order)
+
+
+def _lines(text):
+    return [line for line in text.splitlines() if line.startswith("|")]
 
 
 def test_the_table_shows_two_commits_side_by_side(tmp_path):
     _synthetic(tmp_path)
     table = coldstart.table(tmp_path)
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    assert len({line.count("|") for line in lines[:10]}) == 1  # well formed
-    assert lines[0] == (
-        "| part | dtype | causal | shape | first forward, bef0001 | first forward, aft0002 | first backward, bef0001 "
-        "| first backward, aft0002 | second call, bef0001 | second call, aft0002 |"
-    )
+    lines = _lines(table)
+    columns = [f"{s}, {c}" for s in ("first forward", "first backward", "second call") for c in ("bef0001", "aft0002")]
+    assert lines[0] == "| " + " | ".join(["part", "dtype", "causal", "shape", *columns]) + " |"
     # part 2, fp32, causal: first forward 10 * 6.5 before, 6.5 after; backward 0.5 both times.
     assert "| 2 | fp32 | yes | (4, 128, 64) | 65 | 6.5 | 0.5 | 0.5 | 0.001 | 0.001 |" in lines
-    assert "| 1 | fp16 | no | (4, 128, 64) | 5 | 5 | 0.25 | 0.25 | 0.001 | 0.001 |" in lines
-    assert (
-        len([line for line in lines if line.startswith(("| 1 |", "| 2 |"))]) == 8 + 2
-    )  # 8 processes + 2 four-call lines
-    # The four calls: import (absent here: a dash), the calls, the process, before and after.
-    assert "| 2 | — | — | 400 | 40 | 500 | 50 |" in lines
-    assert "empty" in table and "TRITON_CACHE_DIR" in table
-    assert "Before and after: commit bef0001, then aft0002." in table
-    assert "interpreter" not in table  # on a GPU
-    assert "commit aft0002, bef0001" in table.splitlines()[0]  # the provenance line names both
+    assert len([line for line in lines if line.startswith(("| 1 |", "| 2 |"))]) == 8 + 2  # 8 processes, 2 four-call
+    assert "| 2 | — | — | 400 | 40 | 500 | 50 |" in lines  # the four calls: no import row, the calls, the process
+    assert "Before and after: commit bef0001, then aft0002." in table and "interpreter" not in table
 
 
-def test_the_summary_shows_the_newest_commit_per_part_and_dtype(tmp_path):
-    _synthetic(tmp_path)
+def test_the_summary_compares_each_column_at_its_newest_commit(tmp_path):
+    path = _synthetic(tmp_path)
     summary = coldstart.summary(tmp_path)
-    lines = [line for line in summary.splitlines() if line.startswith("|")]
-    # bf16 never ran: no column
+    lines = _lines(summary)
     assert lines[0] == "| part | fp32, first forward + backward | fp16, first forward + backward | fp32, four calls |"
-    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before: float32 ten times slower
+    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before, fp32 ten times slower
     assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 5.75 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 7 | 400 → 40 |"]
-    assert "as before → after (fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary
-    assert "ran at once" not in summary  # one process at a time
-    assert report.all_tables(report.part_reports())["cold-start-summary"] is coldstart.summary
-
-
-def test_a_dtype_measured_alone_later_keeps_the_other_columns(tmp_path):
-    """A third commit that measured only fp16 (as a session adding that dtype does): the fp16 column
-    compares it with the commit before, the fp32 and four-call columns keep their own two commits."""
-    path = _synthetic(tmp_path)
+    assert "(fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary and "ran at once" not in summary
+    # A third commit measuring only fp16: that column moves on, the others keep their two commits.
     rows = results.read_csv(path)
-    later = [
-        dict(r, commit="new0003", date="2026-01-03T00:00:00Z", seconds=r["seconds"] / 2)
-        for r in rows
-        if r["commit"] == "aft0002" and r["dtype"] == "fp16"
-    ]
-    results.write_csv(path, rows + later, coldstart.FIELDS, sort=coldstart.order)
+    later = [r for r in rows if r["commit"] == "aft0002" and r["dtype"] == "fp16"]
+    later = [dict(r, commit="new0003", date="2026-01-03T00:00:00Z", seconds=r["seconds"] / 2) for r in later]
+    results.write_csv(path, rows + later, coldstart.FIELDS)
     summary = coldstart.summary(tmp_path)
-    lines = [line for line in summary.splitlines() if line.startswith("|")]
-    assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 2.88 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 3.5 | 400 → 40 |"]
+    assert _lines(summary)[2:] == [
+        "| 1 | 55.2 → 5.75 | 5.75 → 2.88 | 200 → 20 |",
+        "| 2 | 65.5 → 7 | 7 → 3.5 | 400 → 40 |",
+    ]
     assert "(fp32 and the four calls: commit bef0001 → aft0002; fp16: commit aft0002 → new0003)" in summary
-
-
-def test_the_summary_says_when_a_process_was_killed(tmp_path):
-    path = _synthetic(tmp_path)
-    rows = [r for r in results.read_csv(path) if r["commit"] == "aft0002"]
+    # A process killed at its timeout: "> the limit" for that part and dtype.
+    rows = [
+        r
+        for r in rows
+        if r["commit"] == "aft0002"
+        and not (r["part"], r["dtype"], r["causal"], r["step"][:5]) == (2, "fp32", 1, "first")
+    ]
     for r in rows:
-        if (r["part"], r["dtype"], r["causal"]) == (2, "fp32", 1):
-            r.update(timeout=45, status="timeout: killed after 45 s (limit 45 s)" if r["step"] == "process" else "ok")
-    rows = [r for r in rows if not ((r["part"], r["dtype"], r["causal"]) == (2, "fp32", 1) and "first" in r["step"])]
+        if (r["part"], r["dtype"], r["causal"], r["step"]) == (2, "fp32", 1, "process"):
+            r.update(timeout=45, status="timeout: killed after 45 s (limit 45 s)")
     results.write_csv(path, rows, coldstart.FIELDS)
-    assert "| 2 | > 45 | 7 | 40 |" in coldstart.summary(tmp_path)  # the newest commit alone: no arrows
+    assert "| 2 | > 45 | 7 | 40 |" in coldstart.summary(tmp_path)
 
 
-def test_one_commit_has_one_column_per_step_and_a_cpu_says_interpreter(tmp_path):
+def test_one_commit_on_a_cpu_has_one_column_per_step_and_says_interpreter(tmp_path):
     rows = [r for r in results.read_csv(_synthetic(tmp_path, gpu="cpu")) if r["commit"] == "aft0002"]
     results.write_csv(tmp_path / coldstart.FILENAME, rows, coldstart.FIELDS)
     table = coldstart.table(tmp_path)
     assert "| part | dtype | causal | shape | first forward | first backward | second call |" in table
     assert "| 2 | fp32 | yes | (4, 128, 64) | 6.5 | 0.5 | 0.001 |" in table
-    assert "interpreter" in table and "compiles nothing" in table and "Before and after" not in table
+    assert "compiles nothing" in table and "Before and after" not in table
 
 
-def test_rows_merge_by_commit(tmp_path, monkeypatch):
-    monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
-    group = dict(part=1, scenario=coldstart.ONE, dtype="fp32", shape="small", causal=0, step="first forward")
-
-    def row(commit, seconds):
-        return dict(META, gpu="cpu", commit=commit, date="2026-01-01T00:00:00Z", **group, seconds=seconds)
-
-    coldstart.write([row("aaa1111", 1.0)])
-    coldstart.write([row("bbb2222", 2.0)])  # another commit: side by side
-    coldstart.write([row("aaa1111", 3.0)])  # the same commit again: replaced
-    assert sorted((r["commit"], r["seconds"]) for r in _read(tmp_path)) == [("aaa1111", 3.0), ("bbb2222", 2.0)]
-
-
-def test_commits_are_compared_only_with_runs_alike():
-    """A process sharing the CPU compiles slower: the tables set the newest commit beside the latest
-    earlier one measured with as many processes at once, or beside none."""
-
-    def rows(commit, parallel, day):
-        return [dict(commit=commit, parallel=parallel, date=f"2026-01-0{day}T00:00:00Z")]
-
-    found = [*rows("aaa1111", 2, 1), *rows("bbb2222", 1, 2), *rows("ccc3333", 2, 3), *rows("ddd4444", 1, 4)]
-    assert coldstart._compared(found) == ["bbb2222", "ddd4444"]
-    assert coldstart._compared(found[:3]) == ["aaa1111", "ccc3333"]
-    assert coldstart._compared(found[:2]) == ["bbb2222"]
-    assert coldstart._compared([]) == []
-
-
-def test_commits_unknown_to_git_put_every_commit_in_date_order(monkeypatch):
-    """Where git cannot place one commit (a copy without the newest commits, a label of one's own),
-    history cannot order it against the others: every commit is then ordered by date."""
-    rows = [dict(commit=c, date=f"2026-01-0{day}T00:00:00Z") for c, day in (("old", 1), ("mid", 2), ("new", 3))]
-    known = {"old": 10, "mid": 11}  # "new" is unknown to this repository
+def test_commits_are_compared_only_with_runs_alike_in_history_or_date_order(monkeypatch):
+    """A process sharing the CPU compiles slower: the newest commit is set beside the latest earlier
+    one measured with as many processes at once. Commits follow git's history where it knows all."""
+    found = [dict(commit=c, parallel=j, date=f"2026-01-0{d}T00:00:00Z") for c, j, d in
+             (("aaa1111", 2, 1), ("bbb2222", 1, 2), ("ccc3333", 2, 3), ("ddd4444", 1, 4))]  # fmt: skip
+    assert coldstart._compared(found) == ["bbb2222", "ddd4444"] and coldstart._compared(found[:2]) == ["bbb2222"]
+    assert coldstart._compared(found[:3]) == ["aaa1111", "ccc3333"] and coldstart._compared([]) == []
+    known = {"aaa1111": 10, "bbb2222": 11}  # ccc3333 unknown to this repository: every commit by date
     monkeypatch.setattr(coldstart, "_history_position", lambda c: known.get(c, -1))
-    assert coldstart._commits_in_order(rows) == ["old", "mid", "new"]
-    known["new"] = 5  # all known: history wins over the dates
-    assert coldstart._commits_in_order(rows) == ["new", "old", "mid"]
+    assert coldstart._commits_in_order(found[:3]) == ["aaa1111", "bbb2222", "ccc3333"]
+    known["ccc3333"] = 5
+    assert coldstart._commits_in_order(found[:3]) == ["ccc3333", "aaa1111", "bbb2222"]
 
 
-def test_options():
+def test_the_defaults_and_the_jobs_they_make():
     args = coldstart.arguments([], compiled=False)
     triton_parts = [n for n in coldstart.parts.available() if coldstart.parts.uses_triton(n)]
-    assert args.part == triton_parts and 0 not in args.part
-    assert (args.dtype, args.shape, args.causal) == (("fp32", "fp16"), ("small",), (False, True))
-    assert (args.parallel, args.timeout, args.autotune) == (1, coldstart.DEFAULT_TIMEOUT, False)
-    # jobs: every part x dtype x causal, then one four-call scenario per part
-    jobs = coldstart.jobs(args)
-    assert len(jobs) == len(triton_parts) * 2 * 2 + len(triton_parts)
-    assert [j for j in jobs if j["scenario"] == coldstart.FOUR][0] == dict(
-        part=triton_parts[0], scenario=coldstart.FOUR, dtype="fp32", shape="small", causal=""
+    assert args.part == triton_parts and (args.dtype, args.shape, args.causal) == (
+        ("fp32", "fp16"),
+        ("small",),
+        (False, True),
     )
-
+    jobs = coldstart.jobs(args)  # every part x dtype x causal, then the four calls per part
+    assert len(jobs) == len(triton_parts) * 5 and jobs[-1]["scenario"] == coldstart.FOUR
     gpu = coldstart.arguments([], compiled=True)
     assert (gpu.dtype, gpu.shape) == (("fp32", "fp16", "bf16"), ("small", "bench"))
-
-    args = coldstart.arguments(
-        ["--part", "2", "--part", "3", "--dtype", "fp16", "--causal", "1", "--parallel", "4", "--timeout", "30"],
-        compiled=False,
-    )
-    assert (args.part, args.dtype, args.causal, args.parallel, args.timeout) == ([2, 3], ("fp16",), (True,), 4, 30)
-    assert [j["scenario"] for j in coldstart.jobs(args)] == [coldstart.ONE] * 2  # no fp32: no four calls
-    assert coldstart.arguments(["--autotune", "--part", "2"], compiled=True).part == [2]
+    args = coldstart.arguments(["--part", "2", "--dtype", "fp16", "--causal", "1", "--parallel", "4"], compiled=False)
+    assert [j["scenario"] for j in coldstart.jobs(args)] == [coldstart.ONE]  # no fp32: no four calls
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--dtype", "bf16"], "bf16 needs a GPU"),
-        (["--shape", "bench"], "--shape bench needs a GPU"),
+        (["--dtype", "bf16"], "need a GPU"),
+        (["--shape", "bench"], "need a GPU"),
         (["--part", "9"], "part 9 does not exist"),
         (["--parallel", "0"], "--parallel must be 1 or more"),
         (["--timeout", "0"], "--timeout positive"),
         (["--dtype", "fp64"], "invalid choice"),
-        (["--autotune"], "--autotune needs --part N"),  # common/ names no part: the caller says which
+        (["--autotune"], "--autotune needs --part N"),
     ],
 )
 def test_bad_options_are_refused(argv, message, capsys):
@@ -303,15 +218,15 @@ def test_bad_options_are_refused(argv, message, capsys):
 
 def test_autotune_without_a_gpu_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
     if COMPILED:
-        pytest.skip("on a GPU --autotune measures (minutes); here only its refusal elsewhere is tested")
+        pytest.skip("on a GPU --autotune measures (minutes)")
     monkeypatch.setenv("RESULTS_DIR", str(tmp_path))
     assert coldstart.main(["--autotune", "--part", "2"]) == 0
     assert "on a GPU" in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
-def test_the_table_is_registered_and_the_columns_match_results():
-    assert report.all_tables(report.part_reports())["cold-start"] is coldstart.table
-    assert set(coldstart.KEY) <= set(coldstart.FIELDS) and "commit" in coldstart.KEY
+def test_the_tables_are_registered_for_the_readmes():
+    tables = report.all_tables(report.part_reports())
+    assert tables["cold-start"] is coldstart.table and tables["cold-start-summary"] is coldstart.summary
 
 
 @pytest.mark.skipif(COMPILED, reason="the interpreter's case")
@@ -386,7 +301,7 @@ print(json.dumps(dict(ahead=ahead, on_caller=threads.count(threading.get_ident()
 @pytest.mark.parametrize("dtype, causal", [("float32", 1), ("bfloat16", 0), ("bfloat16", 1)])
 def test_the_backward_compiles_ahead_while_the_forward_runs(part, dtype, causal, tmp_path):
     """Parts 4 and 5: a forward whose inputs want gradients starts compiling the backward's kernels
-    on a background thread (compile_backward_ahead), in a fresh process with an empty Triton cache:
+    on a background thread (common.launch.ahead), in a fresh process with an empty Triton cache:
     the forward started one such compile (it may have finished by the time the forward returns,
     since it began before the forward's own); the backward that follows waits for it, and
     every backward kernel is compiled by compile_together's pool (none on the caller's thread or
@@ -413,7 +328,7 @@ def test_the_backward_compiles_ahead_while_the_forward_runs(part, dtype, causal,
 
 AHEAD = """
 import json, sys, threading
-from common import parts, triton_tools  # first: common.runtime sets Triton up before triton loads
+from common import launch, parts, triton_tools  # first: common.runtime sets Triton up before triton loads
 import torch
 from common.check import check_outputs, verdict
 from common.inputs import Shape, make_inputs
@@ -432,7 +347,7 @@ for kernel in kernels:  # every compile of a backward kernel, by the name of its
 q, k, v, do = make_inputs(Shape((2, 3), 256, 256, 64), dtype, "cuda")
 leaves = [t.clone().requires_grad_() for t in (q, k, v)]
 o = m.FlashAttention.apply(*leaves, causal)
-started = sum(f is not None for f in m._bwd_compiled.values())  # a Future: compiling on the background thread
+started = launch.ahead_started()  # compiles started on the background thread
 dq, dk, dv = torch.autograd.grad(o, leaves, do)  # waits for the compile under way, launches
 route = m.backward_label() if part == 5 else "tl"
 report = check_outputs(dict(O=o.detach(), dQ=dq, dK=dk, dV=dv), q, k, v, do, causal)

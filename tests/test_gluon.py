@@ -27,7 +27,9 @@ def test_routing_by_what_ran(part, is_causal):
             q, k, v, do = make_inputs(Shape((1, 2), 40, 70, d), dtype, DEVICE, seed=d)
             gluon = HOPPER and dtype != torch.float32 and d in (64, 128)
             o, lse = part5.flash_forward(q, k, v, is_causal)
-            assert part5.forward_config().startswith("gluon") == gluon, f"{dtype} D={d}: {part5.forward_config()}"
+            assert parts.forward_config(part5).startswith("gluon") == gluon, (
+                f"{dtype} D={d}: {parts.forward_config(part5)}"
+            )
             part5.flash_backward(q, k, v, o, lse, do, is_causal)
             assert part5.backward_label() == ("gluon" if gluon else "tl"), f"{dtype} D={d}"
             with deterministic_algorithms():
@@ -50,7 +52,7 @@ def test_gluon_with_more_tiles_than_programs(part, shape, dtype, is_causal):
     q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=shape.n_q)
     assert part5.gluon_attention.supported(q)
     assert_report_ok(check_part(part5, q, k, v, do, is_causal, grads=False), f"{shape} {dtype}")
-    assert part5.forward_config().startswith("gluon"), "the call should have run the Gluon kernel"
+    assert parts.forward_config(part5).startswith("gluon"), "the call should have run the Gluon kernel"
 
 
 @needs_hopper
@@ -126,7 +128,9 @@ def test_float32_keeps_the_tl_forward(part):
     part5 = parts.load(part)
     q, k, v, do = make_inputs(Shape((2, 3), 300, 300, 64), torch.float32, DEVICE, seed=5)
     assert_report_ok(check_part(part5, q, k, v, do, True, grads=False), "float32")
-    assert not part5.forward_config().startswith("gluon"), "float32 should run _attn_fwd (Gluon takes 16-bit inputs)"
+    assert not parts.forward_config(part5).startswith("gluon"), (
+        "float32 should run _attn_fwd (Gluon takes 16-bit inputs)"
+    )
 
 
 def test_gluon_backward_launch_around_the_kernel(part):

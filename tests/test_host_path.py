@@ -6,7 +6,7 @@ misaligned input is still copied, and bad input still raises the check's error."
 import pytest
 import torch
 
-from common import parts
+from common import launch, parts
 from common.check import check_outputs
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok, needs_hopper
@@ -88,7 +88,7 @@ def _check_forward(module, q, k, v, do, causal, context):
         assert scalars[3] == module.gluon_attention.group_size(n_seqs, n_q, d, causal), context
     if "DOT_PRECISION" in constexprs:  # the tl kernel: a program per 16 query rows of each sequence here
         assert constexprs["DOT_PRECISION"] == ("ieee" if q.dtype == torch.float32 else "tf32"), context
-        assert key[4] == module.n_bucket(n_q, n_k) and programs == -(-n_q // 16) * n_seqs, context
+        assert key[4] == launch.n_bucket(n_q, n_k) and programs == -(-n_q // 16) * n_seqs, context
     assert o.shape == q.shape and o.is_contiguous() and lse.shape == q.shape[:-1], context
     assert torch.equal(o, o_apply), f"{context}: FlashAttention.apply and flash_forward disagree"
     assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), context)

@@ -10,11 +10,7 @@ from common.check import check_part
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE, HAS_GPU, INTERPRET, assert_report_ok, mutant, needs_gpu
 
-INTERPRETER_CONFIGS = """CONFIGS = (
-    [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    if INTERPRET
-    else TUNED + list(FLOAT32.values())
-)"""
+INTERPRETER_CONFIGS = "CONFIGS = [INTERPRETED] if INTERPRET else TUNED + list(FLOAT32.values())"
 # BLOCK_M < BLOCK_N (one key tile spans several query tiles' diagonals), ==, and > (a query tile's
 # diagonal spans several key tiles). Interpreter tiles stay small; GPU tiles are the sweep's sizes.
 TILES = [(64, 128), (128, 128), (128, 64), (128, 32)] if HAS_GPU else [(16, 32), (16, 16), (32, 16), (64, 16)]

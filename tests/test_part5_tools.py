@@ -266,7 +266,7 @@ def test_every_backward_candidate_computes_the_gradients(dq_by_tma):
     module = candidates.load("dq_by_tma" if dq_by_tma else None)
     part = types.SimpleNamespace(
         flash_forward=parts.load(4).flash_forward,
-        flash_backward=lambda *args: module.flash_backward(*args, atomic_dq=dq_by_tma),
+        flash_backward=module.flash_backward,  # dq_by_tma.diff turns atomic_dq on by default
         FlashAttention=None,
     )
     for causal in (False, True):

@@ -1,7 +1,8 @@
-"""The READMEs as lessons (house style, item 7): every part's README in one shape, the idea shown
-as code extracted from the part's own files, a figure, a word budget; the top README carries the
-progression. The rules are checked on small sample READMEs first, so that a rule that cannot fail
-(or cannot pass) is caught here; then on the real READMEs."""
+"""The READMEs as lessons, by the rules CONTRIBUTING.md writes down (its headings and word budgets are
+read from it): every part's README in one shape, the idea shown as code extracted from the part's own
+files, a figure, a word budget; the top README carries the progression. The rules are checked on small
+sample READMEs first, so that a rule that cannot fail (or cannot pass) is caught here; then on the real
+READMEs."""
 
 import re
 
@@ -9,8 +10,11 @@ import pytest
 
 from common import ROOT, parts, report
 
-HEADINGS = ["## The idea", "## The code", "## The picture", "## The number", "## Try it", "## Where it comes from"]
-WORDS = {"parts": 2500, 5: 4000, "top": 1500}  # the most words a README may have
+RULES = (ROOT / "CONTRIBUTING.md").read_text()
+HEADINGS = re.findall(r"^- `(## [^`]+)`$", RULES, re.M)  # the lesson's headings, in order
+BUDGETS = dict(re.findall(r"^\| (.+?) \| (\d+) \|$", RULES, re.M))  # README -> the most words it may have
+WORDS = {"top": int(BUDGETS["`README.md`"]), 5: int(BUDGETS["`part5_profiling/README.md`"])}
+WORDS["parts"] = int(BUDGETS["every other `part*/README.md`"])
 OWN_FILES = {5: ("flash_attention.py", "gluon_attention.py", "gluon_backward.py")}  # default: any file of the folder
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 
@@ -149,6 +153,10 @@ def test_a_figure_must_be_a_png_that_exists(tmp_path):
     missing = tmp_path / "nowhere" / "README.md"
     assert figure_problems(_lesson(), missing) == ["no image of an existing .png (links: tiles.png)"]
     assert figure_problems(_lesson().replace("![tiles](tiles.png)", "A picture."), missing) != []
+
+
+def test_the_rules_are_read_from_contributing():
+    assert len(HEADINGS) == 6 and HEADINGS[0] == "## The idea" and set(WORDS) == {"top", 5, "parts"}
 
 
 def test_word_budget():

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from common import parts, triton_tools
+from common import launch, parts, triton_tools
 from tests.helpers import DEVICE
 
 H200_SMEM = 227 * 1024  # 232448 bytes per program (opt-in)
@@ -120,13 +120,13 @@ def test_autotune_prune_follows_dtype(part, monkeypatch):
 
     big = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3)
     small = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
-    monkeypatch.setattr(fa, "smem_limit", lambda: H200_SMEM)
+    monkeypatch.setattr(launch, "smem_limit", lambda: H200_SMEM)
     bf16, fp32 = torch.empty(1, dtype=torch.bfloat16), torch.empty(1, dtype=torch.float32)
     # 128x128, D=128, 3 stages: 32 KB + 3 * 64 KB = 224 KB in bf16 fits; 448 KB in float32 does not.
     assert fa.fits_in_smem([big, small], {"Q": bf16}, D=128) == [big, small]
     assert fa.fits_in_smem([big, small], {"Q": fp32}, D=128) == [small]
     # If nothing fits, the smallest survives, so the autotuner always has a candidate.
-    monkeypatch.setattr(fa, "smem_limit", lambda: 1024)
+    monkeypatch.setattr(launch, "smem_limit", lambda: 1024)
     assert fa.fits_in_smem([big, small], {"Q": fp32}, D=128) == [small]
 
 
@@ -161,13 +161,32 @@ def test_float32_gets_its_own_tile_and_16_bit_never_does(part):
                 assert fa.bwd_smem_bytes(*rows, max(d, 64), 4, tile.num_stages) <= 99 * 1024
 
 
-@pytest.mark.only_parts(2)
-def test_n_bucket(part):
+def test_n_bucket():
+    assert launch.n_bucket(1, 1) == 256
+    assert launch.n_bucket(100, 3000) == 4096
+    assert launch.n_bucket(4096, 4096) == 4096
+    assert launch.n_bucket(4097, 16) == 8192
+
+
+@pytest.mark.only_parts(1, 2)
+def test_shape_class_reads_the_autotune_key(part):
+    """common/launch.py compiles a shape class's configurations once: its class is the kernel, the
+    device, the dtypes, the constexprs and, for an autotuned kernel, its key arguments' values
+    (part 2's N_BUCKET; part 1's kernel is not autotuned, so its lengths never matter)."""
     fa = parts.load(part)
-    assert fa.n_bucket(1, 1) == 256
-    assert fa.n_bucket(100, 3000) == 4096
-    assert fa.n_bucket(4096, 4096) == 4096
-    assert fa.n_bucket(4097, 16) == 8192
+    q = torch.empty(2, 8, 16, device=DEVICE)
+    lse = torch.empty(2, 8, device=DEVICE)
+    meta = dict(D=16, IS_CAUSAL=False, DOT_PRECISION="ieee")
+    tuned = triton_tools.autotune_keys(fa._attn_fwd)
+
+    def key(n, bucket, **changed):
+        tail = (n, n, bucket, 0.25) if tuned else (n, n, 0.25)
+        return launch.shape_class(fa._attn_fwd, (q, q, q, q, lse, *tail), {**meta, **changed})
+
+    assert key(8, 256) == key(300, 256)  # N_QUERIES and N_KEYS are not specialized on
+    assert (key(8, 256) != key(8, 512)) == bool(tuned)
+    assert key(8, 256) != key(8, 256, IS_CAUSAL=True) and key(8, 256) != key(8, 256, D=32)
+    assert tuned == (("D", "IS_CAUSAL", "N_BUCKET") if part == 2 else ())
 
 
 @pytest.mark.only_parts(2)

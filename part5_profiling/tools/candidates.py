@@ -39,7 +39,7 @@ CANDIDATES = {
     "warp-specialized whole tiles": "ws_whole_tiles",
     "Q K^T issued one tile ahead": "qk_ahead",
 }
-BWD_CANDIDATES = {"part 4": None, "dQ by TMA reduce-add": "dq_by_tma"}  # the latter with atomic_dq=True
+BWD_CANDIDATES = {"part 4": None, "dQ by TMA reduce-add": "dq_by_tma"}  # its patch adds atomic_dq, on by default
 FIELDS = ["candidate", *results.SHAPE_FIELDS, "graph_ms", "graph_tflops", "speedup", "config", "repeatable", "check"]
 FIELDS += results.PROVENANCE
 KEY = ("candidate", "N", "D", "causal")  # a run of some candidates keeps the others' rows
@@ -89,7 +89,7 @@ def run_backward(seq_lens, names=None, save=None):
             module = load(BWD_CANDIDATES[name])
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
-                call = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal, name != "part 4")
+                call = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal)
                 row.update(study.backward_row(call, o, lse, q, k, v, do, causal, flops))
                 row["config"] = triton_tools.chosen_label(module._attn_bwd_dkdv)
             except Exception as e:  # a variant the compiler refuses: say why, go on

@@ -1,20 +1,17 @@
 """Part 5's tables and figures: the ladder, the profile, the studies behind each choice, the roofline.
-`make report` fills the README blocks named in TABLES, writes the results log from LOG and calls draw().
+`make report` fills the README and results-log blocks named in TABLES and calls draw().
 """
 
 import re
 import statistics
 
-from common.report import PANELS, yes_no
-from common.results import markdown_table, provenance_line, read_csv
+from common.report import PANELS, per_shape, yes_no
+from common.results import markdown_table, provenance_line, read_csv, table_block
 from part5_profiling import roofline
 
 
 def _table(rows, command, caption, header, body, align=None):
-    """A table block: the rows' provenance and the command that writes them, a caption, the table."""
-    return "\n".join(
-        [provenance_line(rows, f"{command} && make report"), "", caption, "", markdown_table(header, body, align)]
-    )
+    return table_block(rows, f"{command} && make report", caption, header, body, align)
 
 
 def _shape(d, c):
@@ -26,13 +23,12 @@ def _by_shape(rows, name_column, cell, first=()):
     names = list(dict.fromkeys(r[name_column] for r in rows))
     names = [n for n in first if n in names] + [n for n in names if n not in first]
     index = {(r[name_column], r["D"], r["causal"], r["N"]): r for r in rows}
-    body = []
-    for d, c in PANELS:
-        for n in sorted({r["N"] for r in rows}):
-            cells = [index.get((name, d, c, n)) for name in names]
-            if any(cells):
-                body.append([d, yes_no(c), n, *("—" if x is None else cell(x) for x in cells)])
-    return names, body
+
+    def cells(d, c, n):
+        found = [index.get((name, d, c, n)) for name in names]
+        return ["—" if x is None else cell(x) for x in found] if any(found) else None
+
+    return names, per_shape(sorted({r["N"] for r in rows}), cells)
 
 
 def _timed(row, ratio="speedup"):
@@ -517,7 +513,6 @@ def draw(gpu_dir):
     return [path for path in drawn if path is not None]
 
 
-README_ONLY = [f"part5-step-{name}" for name in STEP_NAMES] + ["part5-ladder"]  # the log has part5-ladder-all
 TABLES = {
     **{f"part5-step-{name}": step_line(name) for name in STEP_NAMES},
     "part5-ladder": table_ladder,
@@ -537,38 +532,3 @@ TABLES = {
     "part5-gluon-order": table_gluon_order,
     "part5-gluon-bwd": table_gluon_bwd,
 }
-
-LOG = [  # (heading, what it measured, table): results/<gpu>/part5_log.md, in this order (common/report.py)
-    ("The ladder", "Every step of the Gluon forward and backward (steps/), checked and then timed at N = 4096 in every "
-     "mode, beside part 4, SDPA cuDNN and the shipped kernels of the commit before the ladder.", "part5-ladder-all"),
-    ("The ladder compiled", "Every step compiled for the H200 on any machine: what each step adds, as the binary shows it.",
-     "part5-ladder-compiled"),
-    ("Targets", "Part 5 against SDPA cuDNN in several whole runs of the benchmark, one after another: the median of the "
-     "runs' ratios, which decides each target (a single run on this GPU moves by a few percent).", "part5-targets"),
-    ("FlashAttention-4", "The best kernels' distance: FlashAttention-4's Hopper path (the flash-attn-4 package, CuTe DSL; "
-     "the FlashAttention-3 design) timed in the benchmark beside SDPA cuDNN and part 5.", "part5-fa4"),
-    ("Ceilings", "What the GPU reaches at all: bf16 matrix products and a device-to-device copy, beside the datasheet; "
-     "the roofline's roofs.", "part5-ceilings"),
-    ("The profile of every part", "Each part's forward and backward at N = 4096: GPU time from CUPTI, registers and spills "
-     "from the compiler, tensor-pipe activity and stalls from ncu where it could read the counters.", "part5-profile"),
-    ("Where the forward's time goes", "Part 4's forward with one stage of its inner loop done twice or left out (a patch "
-     "each, tools/variants/), timed by CUDA-graph replay: the cost of each stage from the difference.", "part5-stages"),
-    ("Launch cost", "Microseconds per call on the GPU (graph replay), on the host and by `do_bench`, and the host's time "
-     "against SDPA cuDNN's, paired round by round.", "part5-launch-cost"),
-    ("Host parts", "Where a short forward + backward's host time goes: part 5 beside Functions that do a growing share of "
-     "its work, each paired with SDPA cuDNN round by round, and the single operations a call is made of.", "part5-host-parts"),
-    ("What the compiler makes of the candidates", "Each candidate forward compiled for the H200 at every configuration its "
-     "autotuner could pick, read off the binary: whether it compiled, warp specialisation, registers and stack.", "part5-compiled"),
-    ("Candidate forwards", "Candidate changes to part 4's forward (a patch each, tools/variants/), each checked and timed "
-     "by CUDA-graph replay against part 4's kernel.", "part5-candidates"),
-    ("Candidate backwards", "Candidate changes to part 4's backward, each checked on dQ, dK and dV and timed against part "
-     "4's backward.", "part5-bwd-candidates"),
-    ("The Gluon forward", "The Gluon forward's warpgroups, free or taking turns, beside part 4's `tl` forward and SDPA "
-     "cuDNN, each as a fraction of cuDNN's speed in its own run.", "part5-gluon"),
-    ("The forward's causal order", "The Gluon forward with the mask, its programs taking the longest query tiles first "
-     "with that many sequences side by side, timed from one run beside SDPA cuDNN.", "part5-gluon-order"),
-    ("The Gluon backward", "The one-pass Gluon backward in each program order and part 4's backward, checked and timed "
-     "from one run.", "part5-gluon-bwd"),
-    ("A training step", "A whole training step (forward, backward, AdamW) of a small Llama with each attention: step time "
-     "against SDPA default's, peak memory, and how far the loss moves from SDPA's.", "train-step"),
-]  # fmt: skip

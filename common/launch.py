@@ -1,0 +1,190 @@
+"""What every Triton part does around a launch, written once, so that a kernel file holds its idea.
+
+    q, k, v = launch.sequences(Q, K, V)             # (..., N, D) -> contiguous (B*H, N, D)
+    launch.run(_attn_fwd, grid, q, k, v, o, lse, n_q, n_k, scale, D=d, IS_CAUSAL=is_causal)
+    launch.ahead(flash_backward, Q, K, V, ...)      # the backward's kernels, compiled meanwhile
+
+run(kernel, grid, *args, **constexprs) is kernel[grid](*args, **constexprs), and before it:
+
+- Triton's scratch allocator for this thread (in-kernel tensor descriptors live in it; Triton keeps
+  it per thread, and autograd runs a CUDA backward on a thread of its own);
+- CUDA's limit on a grid's second and third axes, 65535 (parts 1 and 2 put one row of programs per
+  sequence there): past it, a ValueError naming the tensor, not a launch error;
+- the first call of a shape class compiles every configuration the autotuner will time side by
+  side (triton_tools.compile_together), not one by one as its timing loop would; later calls find
+  them in Triton's cache. A shape class is what makes Triton compile or tune differently: the
+  kernel, the device, the tensors' dtypes, the constexprs, and for an @triton.autotune kernel the
+  values of its key arguments (N_BUCKET). The kernel's integer arguments are do_not_specialize and
+  its tensors 16-byte aligned (sequences() sees to it), so nothing else changes a binary.
+
+ahead(fn, *args) calls fn(*args) with every run() inside it written down instead of launched, and
+compiles what it wrote down on a background thread: a later run() of one of those classes waits for
+that compile instead of starting its own. A forward whose inputs want gradients starts its
+backward's kernels so (parts 4 and 5), and the first backward waits only for what is left.
+
+Nothing compiles under Triton's interpreter: there run() only launches, and ahead() does nothing.
+"""
+
+# Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
+from common import runtime, triton_tools  # noqa: I001
+import contextvars
+
+import torch
+import triton
+
+MAX_GRID_Y = 65535  # CUDA's limit on a launch grid's second (and third) axis
+
+# shape class -> None (compiled, or compiling on the thread that met it first) or, while a compile
+# started by ahead() runs, its Future (triton_tools.compile_together keeps this dict)
+_compiled = {}
+_recording = contextvars.ContextVar("launch_recording", default=None)  # ahead(): the launches written down
+_ahead_seen = set()  # the calls ahead() was given: fn, determinism, and each argument's shape, dtype, device
+_ahead_started = []  # one entry per compile ahead() started
+_MAX_SEEN = 4096  # signatures remembered; past this many (lengths that keep changing), start again
+_tuned_args = {}  # kernel -> the positions of its autotune key among its arguments
+
+
+class _Recorded(Exception):
+    """compile_first() under ahead(): every launch the function needs is written down; stop it there."""
+
+
+def sequences(*tensors):
+    """Each (..., N, D) tensor as a contiguous (B*H, N, D) one on a 16-byte boundary, as tensor
+    descriptors require: a view where it already is one, else a copy."""
+    out = []
+    for t in tensors:
+        t = t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous()  # copies only if strided
+        out.append(t if t.data_ptr() % 16 == 0 else t.clone())
+    return tuple(out)
+
+
+def n_bucket(n_q, n_k):
+    """The autotuner's shape class for sequence length: the power of two at or above max(N), min 256."""
+    return max(256, triton.next_power_of_2(max(n_q, n_k)))
+
+
+def smem_limit():
+    """Shared memory one program may use, read off the GPU (227 KB on Hopper, 99 KB on Ada).
+    Without a GPU nothing is pruned for real; Hopper's value keeps the arithmetic printable."""
+    if not torch.cuda.is_available():
+        return 227 * 1024
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
+
+
+def shape_class(kernel, args, constexprs):
+    """What makes Triton compile or tune this launch differently from another (see the top)."""
+    tuned = _tuned_args.get(kernel)
+    if tuned is None:
+        names = triton_tools.arg_names(kernel)
+        tuned = _tuned_args[kernel] = tuple(i for i, n in enumerate(names) if n in triton_tools.autotune_keys(kernel))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return (
+        kernel,
+        tensors[0].device if tensors else None,
+        tuple(t.dtype for t in tensors),
+        tuple(sorted(constexprs.items())),
+        tuple(args[i] for i in tuned if i < len(args)),
+    )
+
+
+def run(kernel, grid, *args, via=None, **constexprs):
+    """kernel[grid](*args, **constexprs), with the allocator, the grid's limit and the first call's
+    compile (see the top). via: a launcher to call instead, as via(shape class, grid, *args,
+    **constexprs) (part 5's fast_launch.Launch, whose grid gives a number of programs)."""
+    key = shape_class(kernel, args, constexprs)
+    recording = _recording.get()
+    if recording is not None:  # under ahead(): written down, not launched
+        recording.append((key, kernel, args, constexprs))
+        return None
+    runtime.set_triton_allocator()
+    if via is None:
+        _check_grid(kernel, grid, args, constexprs)
+    triton_tools.compile_together([(kernel, args, constexprs)], _compiled, key)
+    if via is not None:
+        return via(key, grid, *args, **constexprs)
+    return kernel[grid](*args, **constexprs)
+
+
+def compile_first(key, calls):
+    """For a caller that launches by other means (part 5's Gluon kernels): compile `calls`, a list of
+    (kernel, args, constexprs) or a function returning one, together on the first call of the shape
+    class `key`, or wait for ahead()'s compile of it. Under ahead(): write them down and stop the
+    function there (it launches nothing after)."""
+    recording = _recording.get()
+    if recording is not None:
+        recording.extend((key, *call) for call in (calls() if callable(calls) else calls))
+        raise _Recorded
+    triton_tools.compile_together(calls, _compiled, key)
+
+
+def ahead(fn, *args):
+    """Start compiling, on a background thread, the kernels fn(*args) would launch whose shape class
+    has not been met; return at once. fn runs here with its launches written down, not made; the
+    arguments stand in for the real ones (what the compiler sees of a tensor is its dtype and
+    whether its address is 16-byte aligned). Once per signature (fn, shapes, dtypes, devices,
+    values, deterministic algorithms or not); nothing under the interpreter or while torch.compile
+    traces."""
+    if runtime.INTERPRET or torch.compiler.is_compiling():
+        return
+    signature = (fn, torch.are_deterministic_algorithms_enabled(), *map(_describe, args))
+    if signature in _ahead_seen:
+        return
+    if len(_ahead_seen) >= _MAX_SEEN:
+        _ahead_seen.clear()
+    _ahead_seen.add(signature)
+    calls = []
+    token = _recording.set(calls)
+    try:
+        fn(*args)
+    except _Recorded:
+        pass
+    except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
+        return
+    finally:
+        _recording.reset(token)
+    new = {}
+    for key, kernel, call_args, constexprs in calls:
+        if key not in _compiled:
+            new.setdefault(key, []).append((kernel, call_args, constexprs))
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    if not new or device is None:
+        return
+    started = triton_tools.compile_together([c for group in new.values() for c in group], ahead=device)
+    if started is not None:
+        _ahead_started.append(started)
+        for key in new:
+            _compiled[key] = started
+
+
+def recording():
+    """Whether ahead() is writing this thread's launches down (a launch made by other means than
+    run() must not be made then)."""
+    return _recording.get() is not None
+
+
+def ahead_started():
+    """How many compiles ahead() has started in this process."""
+    return len(_ahead_started)
+
+
+def _describe(a):
+    return (tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+
+
+def _check_grid(kernel, grid, args, constexprs):
+    """ValueError if the grid's second or third axis passes MAX_GRID_Y, naming the tensor whose
+    leading dimension (its (batch * head) sequences) it holds. Looked at only when a tensor is that big."""
+    big = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] > MAX_GRID_Y]
+    if not big:
+        return
+    if callable(grid):  # the grid of an autotuned launch: its axes past the first do not depend on the tiles
+        tuned = triton_tools.configs(kernel)
+        grid = grid({**constexprs, **(tuned[0].kwargs if tuned else {})})
+    names = triton_tools.arg_names(kernel)
+    for n in tuple(grid)[1:]:
+        if n > MAX_GRID_Y:
+            name = next((names[i] for i in big if args[i].shape[0] == n), names[big[0]])
+            raise ValueError(
+                f"{name} holds {n} (batch * head) sequences, a row of programs each: "
+                f"this launch grid allows {MAX_GRID_Y} on its second axis"
+            )
