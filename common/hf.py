@@ -30,9 +30,14 @@ not per layer) and returns None only when every row is one sequence.
 What a part does not compute is refused with `Unsupported` (a ValueError) naming it and the way
 out, never answered wrongly: an attention mask (padding, packed sequences, a custom 4-D mask),
 dropout > 0, a sliding window, soft-capping, attention sinks, a scale other than 1/sqrt(D), and
-causal attention with N_q != N_k (transformers aligns that mask bottom-right, the parts top-left:
-generation with a key/value cache). Everything else about the inputs (dtype, D, devices) is
-checked by the part itself, as FlashAttention.apply checks it.
+causal attention of several queries continuing a key/value cache (chunked prefill: transformers
+aligns that mask bottom-right, the parts top-left, as SDPA's is_causal). Everything else about the
+inputs (dtype, D, devices) is checked by the part itself, as FlashAttention.apply checks it.
+
+Generation works: model.generate() first runs the prompt (N_q = N_k, causal as in training), then
+one query per step against every key in the cache. Aligned bottom-right, as transformers means it,
+that one query is the last position and sees every key: full attention, which the parts compute
+as it is (is_causal=False), with no kernel change.
 
 This is the one module of the project that imports transformers, and only when one of its functions
 is called: nothing else needs it installed (`pip install -e ".[model]"` brings it).
@@ -50,6 +55,14 @@ from common import parts
 WAY_OUT = (
     "use batches without padding (rows of one length; documents may be packed end to end into full rows, "
     "with position_ids left consecutive and attention crossing their boundaries), or attn_implementation='sdpa'"
+)
+CHUNKED = (
+    "queries continuing a cache, as in chunked prefill or a cache larger than its contents, need the diagonal "
+    "aligned bottom-right; the parts align it top-left, as SDPA's is_causal"
+)
+WAY_OUT_CACHE = (
+    "generate with a dynamic cache (transformers' default: one new query per step is supported), "
+    "prefill the prompt in one call, or use attn_implementation='sdpa'"
 )
 # Keywords a model may pass to an attention function that change what attention computes; None means "off".
 REFUSED_KEYWORDS = {
@@ -117,13 +130,10 @@ def attention_function(part, name):
             )
         causal = bool(is_causal if is_causal is not None else getattr(m, "is_causal", True))
         n_q, n_k = query.shape[-2], key.shape[-2]
+        if causal and n_q == 1:  # a decoding step: the one query, last in line, sees every key
+            causal = False
         if causal and n_q != n_k:
-            _refuse(
-                name,
-                f"causal attention with {n_q} query and {n_k} key positions (transformers aligns its causal mask to "
-                "the last key, the parts to the first: this is generation with a key/value cache)",
-                "generate with attn_implementation='sdpa'",
-            )
+            _refuse(name, f"causal attention with {n_q} query and {n_k} key positions ({CHUNKED})", WAY_OUT_CACHE)
         heads, kv_heads = query.shape[1], key.shape[1]
         if heads != kv_heads:  # grouped-query attention: transformers' repeat_kv
             if heads % kv_heads:
@@ -193,12 +203,11 @@ def mask_function(name):
         what, causal = _deviation(mask_function)
         if what is not None:
             _refuse(name, what)
-        if causal and (q_length != kv_length or int(q_offset) or int(kv_offset)):
-            _refuse(
-                name,
-                f"a causal mask with a key/value cache ({q_length} queries at offset {int(q_offset)}, {kv_length} keys)",
-                "generate with attn_implementation='sdpa'",
-            )
+        q_offset, kv_offset = int(q_offset), int(kv_offset)
+        decoding = q_length == 1 and kv_offset == 0 and kv_length == q_offset + 1  # one query, every key so far
+        if causal and not decoding and (q_length != kv_length or q_offset or kv_offset):
+            what = f"{q_length} queries at offset {q_offset}, {kv_length} keys at offset {kv_offset}"
+            _refuse(name, f"a causal mask with a key/value cache ({what}: {CHUNKED})", WAY_OUT_CACHE)
         if attention_mask is not None:
             padded = attention_mask.dim() != 2 or attention_mask.shape[-1] != kv_length
             if padded or not bool(attention_mask.all()):  # an all-ones mask (what a tokenizer gives) is no mask

@@ -18,9 +18,13 @@ if not HAS_GPU and "TRITON_INTERPRET" not in os.environ:
     # functions), so it must be set first; a part imported after triton would fail at its first
     # launch with "Cannot call @triton.jit'd outside of the scope of a kernel". Say so plainly instead.
     if "triton.language" in sys.modules:
+        if "transformers" in sys.modules:  # it loads triton as a model class is imported
+            who, first = "transformers, imported first, loaded triton", "common.hf (or the part) before transformers"
+        else:
+            who, first = "triton was imported", "the part (or common.runtime) before triton"
         raise ImportError(
-            "triton was imported before this project could switch on Triton's interpreter (no CUDA GPU here). "
-            "Import the part (or common.runtime) before triton, or set TRITON_INTERPRET=1 in the environment."
+            f"{who} before this project could switch on Triton's interpreter (no CUDA GPU here). "
+            f"Import {first}, or set TRITON_INTERPRET=1 in the environment."
         )
     os.environ["TRITON_INTERPRET"] = "1"
 

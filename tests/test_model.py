@@ -4,7 +4,10 @@ the parts do not compute is refused with a clear error; the helper under torch.c
 torch.library op. transformers is reached only through common/hf.py."""
 
 import copy
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -221,7 +224,7 @@ def test_dropout_is_refused_in_training(part):
         (dict(softcap=30.0), r"soft-capping of the scores \(softcap\)"),
         (dict(s_aux=torch.zeros(4)), r"attention sinks"),
         (dict(scaling=0.5), r"scaling=0.5 \(the parts scale the scores by 1/sqrt\(D\) = 0.25\)"),
-        (dict(is_causal=True, n_q=1), "causal attention with 1 query and 24 key positions.*generate with"),
+        (dict(is_causal=True, n_q=5), "causal attention with 5 query and 24 key positions.*in one call"),
     ],
     ids=["sliding-window", "softcap", "sinks", "scaling", "causal-nq-ne-nk"],
 )
@@ -243,12 +246,63 @@ def test_scaling_is_accepted_within_rounding(part):
     assert out.shape == (1, 8, 2, 16)
 
 
-def test_the_mask_function_refuses_a_cache(part):
-    """The mask function for generation with a key/value cache (one new query, earlier keys)."""
+def test_the_mask_function_takes_decoding_and_refuses_a_continued_cache(part):
+    """One new query after the cache (a decoding step) needs no mask; several queries continuing a
+    cache, or a cache larger than its contents (a static cache), need the diagonal bottom-right."""
     _, mask = hf.registered(hf.register(part))
-    with pytest.raises(UNSUPPORTED, match="a causal mask with a key/value cache"):
-        mask(batch_size=1, q_length=1, kv_length=9, q_offset=8, kv_offset=0)
+    assert mask(batch_size=1, q_length=1, kv_length=9, q_offset=8, kv_offset=0) is None
     assert mask(batch_size=1, q_length=9, kv_length=9) is None
+    for q_length, kv_length, q_offset in ((4, 12, 8), (1, 64, 8)):
+        with pytest.raises(UNSUPPORTED, match="a causal mask with a key/value cache.*dynamic cache"):
+            mask(batch_size=1, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=0)
+
+
+PROMPT, NEW_TOKENS = 13, 6
+
+
+def generate(model, ids):
+    """Greedy generation: (the tokens, the logits of every step)."""
+    greedy = dict(do_sample=False, pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+    out = model.generate(ids, max_new_tokens=NEW_TOKENS, **greedy)
+    return out.sequences, torch.stack(out.logits)
+
+
+@pytest.mark.only_parts(0, 1)
+def test_generate_matches_sdpa(part, monkeypatch):
+    """model.generate() through the part: the prompt once (causal, N_q = N_k), then one query per step
+    against the cache, which the part computes as full attention. Float32: SDPA's greedy tokens
+    exactly, and every step's logits within TOLERANCE of its scale."""
+    name = hf.register(part)
+    reference = tiny_llama()
+    model = copy.deepcopy(reference)
+    model.set_attn_implementation(name)
+    module, shapes = parts.load(part), []
+    original = module.FlashAttention.apply
+
+    def spy(q, k, v, causal):
+        shapes.append((q.shape[-2], k.shape[-2], causal))
+        return original(q, k, v, causal)
+
+    monkeypatch.setattr(module.FlashAttention, "apply", spy)
+    ids = token_ids(PROMPT, TINY["vocab_size"])
+    with torch.no_grad():
+        tokens, logits = generate(model, ids)
+        ref_tokens, ref_logits = generate(reference, ids)
+    assert tokens.tolist() == ref_tokens.tolist()
+    assert largest_relative_error(logits, ref_logits) <= TOLERANCE
+    layers = TINY["num_hidden_layers"]
+    steps = [(PROMPT, PROMPT, True)] + [(1, PROMPT + i, False) for i in range(1, NEW_TOKENS)]
+    assert shapes == [s for s in steps for _ in range(layers)]
+
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")  # transformers 5.2x renames it `cache`
+def test_a_continued_cache_is_refused(tiny):
+    """Queries continuing a cache (chunked prefill) are refused with the way out, not answered top-left."""
+    model, ids = tiny
+    with torch.no_grad():
+        cache = model(input_ids=ids[:, :8], use_cache=True).past_key_values
+        with pytest.raises(UNSUPPORTED, match="key/value cache.*prefill the prompt in one call"):
+            model(input_ids=ids[:, 8:], past_key_values=cache, use_cache=True)
 
 
 def test_names_transformers_uses_are_refused():
@@ -334,6 +388,25 @@ def test_llama_bf16_on_gpu(part, apply_calls):
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.since_part(1)
+def test_generate_bf16_on_gpu(part):
+    """generate() in bf16: every step's logits, computed against the cache, measured against float32
+    SDPA's logits for the same tokens (one forward over the whole sequence, no cache), no further
+    from them than SDPA's bf16 logits, by the yardstick above."""
+    model, reference = bf16_and_reference(SMALL, hf.register(part))
+    sdpa, _ = bf16_and_reference(SMALL, "sdpa")
+    ids = token_ids(N_GPU, SMALL["vocab_size"], DEVICE)
+    with torch.no_grad():
+        tokens, logits = generate(model, ids)
+        steps = slice(N_GPU - 1, N_GPU - 1 + NEW_TOKENS)
+        ref, theirs = (m(input_ids=tokens, use_cache=False).logits[:, steps].transpose(0, 1) for m in (reference, sdpa))
+    assert tokens.shape == (B, N_GPU + NEW_TOKENS)
+    ours, theirs = largest_relative_error(logits, ref), largest_relative_error(theirs, ref)
+    assert ours <= 2 * theirs + 0.01, f"part {part}: logits {ours:.2e} from float32, SDPA bf16's {theirs:.2e}"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.since_part(1)
 def test_compiled_llama_on_gpu(part, apply_calls, monkeypatch):
     """torch.compile(model) (Inductor) through the helper: the op path, the eager model's accuracy."""
     torch._dynamo.reset()
@@ -383,3 +456,27 @@ def test_apply_under_compile_runs_or_names_the_op(part):
     grads = dict(zip(("dQ", "dK", "dV"), (t.grad for t in leaves)))
     report = check_outputs(dict(O=out.detach() / 2, **grads), q, k, v, 2 * do, True)
     assert report.ok, f"compiled FlashAttention.apply: {report}"
+
+
+def test_the_readme_model_snippet_runs_as_written():
+    """The top README's "Use it in a model" code, run as written in a fresh process from the repository
+    root: it generates 8 tokens after a 12-token prompt."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use it in a model") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = re.search(r"tensor\(\[\[([\d,\s]+)\]\]\)", done.stdout)
+    assert printed and len(printed[1].split(",")) == 12 + 8, done.stdout
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="only without a GPU must the interpreter be switched on first")
+def test_transformers_imported_first_is_named_in_the_error():
+    """transformers loads triton as a model class is imported; without a GPU that is too late for the
+    interpreter, and the error says which import to move."""
+    code = "from transformers import LlamaForCausalLM\nfrom common import hf"
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "transformers, imported first, loaded triton" in done.stderr
+    assert "Import common.hf (or the part) before transformers" in done.stderr
