@@ -17,7 +17,7 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench lint results clean help
+.PHONY: install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench targets lint results clean help
 
 help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
@@ -30,18 +30,24 @@ help:
 	@echo "make sweep              part 2's tile/warp/stage sweep (GPU)"
 	@echo "make autotune           part 2's autotune cost, cold and warm (GPU)"
 	@echo "make coldstart [PART=N] first calls of the Triton parts in fresh processes with an empty Triton cache"
+	@echo "make targets [QUICK=1]  every Triton part compiled for sm_80 ... sm_120, checked against their shared memory"
 	@echo "make train-bench        a small Llama's training step with SDPA and parts 4+ (transformers), eager and compiled (GPU)"
 	@echo "make results [GPU=...]  every GPU measurement behind the READMEs, then the report from results/<GPU>/"
 	@echo "make lint | clean"
 
 install: $(VENV)/.installed
 
+# Quiet (pip prints only errors; PYTHONWARNINGS hides setuptools' notice about editable installs);
+# VERBOSE=1 shows pip's whole log.
+PIP_QUIET = $(if $(VERBOSE),,--quiet)
 $(VENV)/.installed: pyproject.toml
+	@echo "Installing torch, Triton and the tools into $(VENV): on a CPU machine about 2.4 GB, 1-3 minutes"
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m common.install
-	$(VENV)/bin/python -m pip install -e ".[dev]"
+	PYTHONWARNINGS=ignore $(VENV)/bin/python -m pip install $(PIP_QUIET) -e ".[dev]"
 	touch $@
+	@echo "Installed. Activate it (. $(VENV)/bin/activate) to run python and pytest; make uses it by itself."
 
 test: $(ENV)
 	$(PYTHON) -m pytest $(PART_ARG)
@@ -61,8 +67,12 @@ diff:
 
 # A notebook with the standard "python3" kernel; RUN=1 executes it, from the repository root (so
 # `common` imports), writes the outputs into it and fails at the first cell that raises.
+# (ipykernel warns that the local kernel talks to jupytext over TCP without encryption: expected here, so hidden.)
 notebook: notebook-part $(ENV)
-	$(PYTHON) -m jupytext --to ipynb --set-kernel python3 $(if $(RUN),--execute --run-path "$(CURDIR)",) $(FOLDER)/walkthrough.py
+	bash -o pipefail -c '$(PYTHON) -m jupytext --to ipynb --set-kernel python3 $(if $(RUN),--execute --run-path "$(CURDIR)",) \
+		$(FOLDER)/walkthrough.py 2>&1 | grep -v "Kernel is running over TCP without encryption"'
+	@echo "Open $(FOLDER)/walkthrough.ipynb in JupyterLab, Jupyter Notebook or VS Code, from this folder (a notebook"
+	@echo "server is not installed here: pip install jupyterlab, then jupyter lab). RUN=1 runs it here and saves the outputs."
 
 notebook-part:
 	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
@@ -79,6 +89,10 @@ coldstart: $(ENV)
 train-bench: $(ENV)
 	$(PYTHON) -m common.train_step
 
+# No GPU needed: Triton's compiler builds every part's kernels for sm_80 ... sm_120 (QUICK=1: what CI checks)
+targets: $(ENV)
+	$(PYTHON) -m common.targets $(if $(QUICK),--quick,)
+
 lint: $(ENV)
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
@@ -88,8 +102,8 @@ FP32_FORWARD = 32x64w4s2 64x32w4s2 64x64w8s2 32x32w4s2 128x128w4s3 128x64w4s4 25
 FP32_DKDV = 32x64w4s2 32x32w4s2 16x32w4s2 64x64w8s2 64x64w4s2 32x128w4s3
 FP32_DQ = 32x16w4s1 32x32w4s2 64x32w8s2 128x64w8s3 128x32w4s3 64x64w4s2
 
-results: $(ENV)
-	$(PYTHON) -m pytest
+# The tests first (make test), then every GPU measurement behind the READMEs, then the report.
+results: $(ENV) test
 	$(PYTHON) -m part2_tile_tuning.sweep
 	$(PYTHON) -m part3_inner_loop.sweep
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv

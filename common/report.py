@@ -37,7 +37,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from common import ROOT, coldstart, parts, results, steps, train_step
+from common import ROOT, coldstart, parts, results, steps, targets, train_step
 from common.impls import impl_label
 from common.results import read_csv, table_block
 from common.timing import attention_flops
@@ -437,6 +437,7 @@ def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice (marker names are global)."""
     tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
+    tables["targets"] = targets.table
     tables["progression"] = table_progression
     for n in parts.folders():
         tables |= {
