@@ -125,6 +125,8 @@ def run_gpu(impls, modes, seq_lens, save, head_dims=HEAD_DIMS, masks=(False, Tru
     meta = results.provenance()
     meta["run_id"] = re.sub(r"\D", "", meta["date"])  # the rows of one run share it
     print(f"benchmark on {runtime.describe()}, commit {meta['commit']}", flush=True)
+    print("each row names what ran: a part's tiles, part 5's Gluon kernels (Hopper only; part 4's Triton kernels on")
+    print("other GPUs), or the backend SDPA picked", flush=True)
     rows = []
     for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, masks):
         for mode in modes:
@@ -135,7 +137,7 @@ def run_gpu(impls, modes, seq_lens, save, head_dims=HEAD_DIMS, masks=(False, Tru
                     rows.append(measure(dict(row, **meta), impl, mode, q, k, v, do, causal))
                 r = rows[-1]
                 print(f"{impl.name:>16} {mode:<7} D={d} causal={causal:d} N={n:>5}  {r['ms'] or '-':>9} ms "
-                      f"{r['tflops'] or '-':>7} TFLOP/s (graph {r['graph_tflops'] or '-':>7})  {r['check']}", flush=True)  # fmt: skip
+                      f"{r['tflops'] or '-':>7} TFLOP/s (graph {r['graph_tflops'] or '-':>7})  {r['backend']}  {r['check']}", flush=True)  # fmt: skip
         save(rows)
     return rows
 

@@ -13,17 +13,36 @@
 # nothing here is measured on this machine: section 1 works out where attention sits on a roofline
 # from first principles; sections 2 and 3 print a few numbers measured on an H200, read from the
 # committed results in results/h200/ (each says which file); section 4 models the K/V ring of part
-# 5's Gluon forward in plain Python.
+# 5's Gluon forward in plain Python. Section 0 first asks which kernels part 5 runs on this machine.
 
 # %%
 import inspect
 
-from common import results
+import torch
+
+from common import results, runtime
 from common.timing import attention_flops
-from part5_profiling import roofline
+from part5_profiling import gluon_attention, roofline
 from part5_profiling.tools import ring
 
 GPU_DIR = results.results_dir("h200")
+
+# %% [markdown]
+# ## 0. Which kernels run here
+#
+# Part 5's lesson, the Gluon forward and backward, is written for Hopper (sm_90: wgmma and TMA as
+# it uses them). On every other GPU, Blackwell included, and without a GPU, part 5 runs part 4's
+# Triton kernels, and the Gluon code is read rather than run. The routing's own test, asked here:
+
+# %%
+q = torch.empty(1, 128, 64, dtype=torch.bfloat16 if runtime.HAS_GPU else torch.float16, device=runtime.DEVICE)
+where = (
+    f"{torch.cuda.get_device_name()} (sm_{''.join(map(str, runtime.capability(q.device)))})"
+    if runtime.HAS_GPU
+    else "no GPU"
+)
+kernels = "the Gluon kernels" if gluon_attention.supported(q) else "part 4's Triton kernels"
+print(f"{where}: a 16-bit call at D = 64 runs {kernels}")
 
 # %% [markdown]
 # ## 1. How many FLOPs per byte attention does

@@ -37,6 +37,22 @@ def test_routing_by_what_ran(part, is_causal):
                 assert part5.backward_label() == "tl", f"{dtype} D={d}, deterministic"
 
 
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("capability", [(8, 9), (10, 0), (12, 0)], ids=["sm_89", "sm_100", "sm_120"])
+def test_other_gpus_take_part_4s_kernels(part, capability, monkeypatch):
+    """On another GPU (its capability mocked on the H200), Blackwell included, the calls the Gluon
+    kernels take on Hopper go to part 4's Triton kernels, and are right."""
+    part5 = parts.load(part)
+    monkeypatch.setattr(part5.gluon_attention, "capability", lambda device: capability)
+    monkeypatch.setattr(part5, "_plans", {})  # routes worked out on the real capability
+    monkeypatch.setattr(part5, "_bwd_plans", {})
+    q, k, v, do = make_inputs(Shape((2, 3), 300, 300, 64), torch.bfloat16, DEVICE, seed=5)
+    assert not part5.gluon_attention.supported(q) and not part5.gluon_backward.supported(q)
+    assert_report_ok(check_part(part5, q, k, v, do, True), f"capability {capability}")
+    assert not parts.forward_config(part5).startswith("gluon") and part5.backward_label() == "tl"
+
+
 # More query tiles than programs (persistent: each program takes several, in alternating order),
 # ragged lengths, N_q != N_k, one program's tiles from different sequences.
 MANY_TILES = [Shape((8, 40), 200, 333, 64), Shape((4, 20), 1000, 1000, 128), Shape((3, 50), 700, 129, 128)]
