@@ -39,7 +39,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on a launch grid's second (and third) axis
 _compiled = {}
 _recording = contextvars.ContextVar("launch_recording", default=None)  # ahead(): the launches written down
 _ahead_seen = set()  # the calls ahead() was given: fn, determinism, and each argument's shape, dtype, device
-_ahead_started = []  # one entry per compile ahead() started
+_ahead_started = [0]  # how many compiles ahead() has started (a count: the futures are not kept)
 _MAX_SEEN = 4096  # signatures remembered; past this many (lengths that keep changing), start again
 _tuned_args = {}  # kernel -> the positions of its autotune key among its arguments
 
@@ -151,7 +151,7 @@ def ahead(fn, *args):
         return
     started = triton_tools.compile_together([c for group in new.values() for c in group], ahead=device)
     if started is not None:
-        _ahead_started.append(started)
+        _ahead_started[0] += 1
         for key in new:
             _compiled[key] = started
 
@@ -164,7 +164,7 @@ def recording():
 
 def ahead_started():
     """How many compiles ahead() has started in this process."""
-    return len(_ahead_started)
+    return _ahead_started[0]
 
 
 def _describe(a):
