@@ -23,7 +23,7 @@ help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
-	@echo "make report [GPU=h200]  plots and README tables from the CSVs in results/<gpu>/ (default h200)"
+	@echo "make report [GPU=h200]  README tables and plots from results/h200/; GPU=x: results/x/summary.md only"
 	@echo "make diff PART=N        what part N changes in part N-1's kernel; STEP=2 (part 3), STEP=fwd3 (part 5): one step"
 	@echo "make profile PART=N     part N's kernels: GPU time, compiler resources, hardware counters where ncu can (GPU)"
 	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"

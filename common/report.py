@@ -1,7 +1,7 @@
 """Results CSVs -> README tables, results logs and plots; code files -> README excerpts. Nothing here measures.
 
     python -m common.report               # from results/h200/ (make report)
-    python -m common.report --gpu rtx-4090
+    python -m common.report --gpu rtx-4090   # another GPU: results/rtx-4090/summary.md, not the READMEs
 
 A README carries generated blocks between markers, each marker a line of its own:
 
@@ -476,6 +476,36 @@ def fill(text, tables, gpu_dir, root=None):
     return fill_code(text, root)
 
 
+LESSONS_GPU = "h200"  # the GPU whose tables the READMEs show
+SUMMARY = """# {gpu}: every part measured on this GPU
+
+The READMEs' tables are from the {lessons}; these are from this GPU, in this folder's bench.csv
+(`make bench`, then `make report GPU={slug}`). `make report GPU={slug}` rewrites this page and
+nothing else.
+
+## Each part at one shape
+
+<!-- results:progression -->
+<!-- /results:progression -->
+
+![Each part's forward and forward + backward TFLOP/s beside SDPA cuDNN](progression.png)
+{parts}"""
+
+
+def summary_page(gpu_dir):
+    """results/<gpu>/summary.md, for a GPU other than the lessons': the progression and each part's
+    forward against the part before and SDPA, from its bench.csv. Written from SUMMARY the first
+    time; after that its blocks are refilled like a README's."""
+    page = gpu_dir / "summary.md"
+    if not page.exists():
+        found = sorted({int(r["part"]) for r in read_csv(gpu_dir / "bench.csv") if r["part"] not in ("", None)})
+        blocks = "".join(f"\n## Part {n}\n\n<!-- results:part{n} -->\n<!-- /results:part{n} -->\n" for n in found)
+        name = read_csv(gpu_dir / "bench.csv")[0]["gpu"]
+        lessons = f"{LESSONS_GPU.upper()} (results/{LESSONS_GPU}/)"
+        page.write_text(SUMMARY.format(gpu=name, lessons=lessons, slug=gpu_dir.name, parts=blocks))
+    return page
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpu", default="h200", help="the results/<gpu>/ folder to read (default: h200)")
@@ -493,7 +523,11 @@ def main(argv=None):
         print(e, file=sys.stderr)
         return 2
     chosen = args.readme and {(ROOT / r).resolve() for r in args.readme}
-    docs = [p for p in readmes() if not chosen or p.resolve() in chosen] + sorted(gpu_dir.glob("part*_log.md"))
+    if args.gpu == LESSONS_GPU:
+        docs = [p for p in readmes() if not chosen or p.resolve() in chosen]
+    else:  # another GPU's tables go to its own folder, never into the lessons
+        docs = [summary_page(gpu_dir)] if (gpu_dir / "bench.csv").exists() else []
+    docs += sorted(gpu_dir.glob("part*_log.md"))
     texts = {path: path.read_text() for path in docs}
     problems = [
         f"{results.shown(p)}: no table for <!-- results:{m[1]} -->"
@@ -505,6 +539,8 @@ def main(argv=None):
     for path, text in texts.items():
         try:
             new[path] = fill(text, tables, gpu_dir) if not problems else text
+            if path.parent == gpu_dir:  # a page in results/<gpu>/: its links to the parts go up two folders
+                new[path] = re.sub(r"\]\((part\d+_\w+/)", r"](../../\1", new[path])
         except CodeError as e:
             problems += [f"{results.shown(path)}: {problem}" for problem in e.args]
     if problems:

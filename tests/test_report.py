@@ -76,6 +76,7 @@ def _setup(tmp_path, monkeypatch, text):
     monkeypatch.setattr(report, "ROOT", tmp_path)
     monkeypatch.setattr(results, "ROOT", tmp_path)
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(report, "LESSONS_GPU", "fake")
     (tmp_path / "results" / "fake").mkdir(parents=True)
     return readme
 
@@ -215,3 +216,22 @@ def test_common_imports_no_particular_part():
     loads = r"^\s*(?:from|import)\s+part\d|import_module\(f?[\"']part\d|parts\.(?:load|folder|path)\(\d"
     for path in (ROOT / "common").glob("*.py"):
         assert not re.findall(loads, path.read_text(), re.M), path.name
+
+
+def test_another_gpu_gets_its_own_page_and_leaves_the_lessons_alone(tmp_path, monkeypatch, capsys):
+    """make report GPU=<another>: results/<gpu>/summary.md with that GPU's progression and each part's
+    table (links to the parts two folders up), drawn again the same; no README is touched."""
+    (tmp_path / "results" / "other").mkdir(parents=True)
+    shutil.copy(H200 / "bench.csv", tmp_path / "results" / "other" / "bench.csv")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:progression -->\nold\n<!-- /results:progression -->\n")
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(report, "readmes", lambda: [readme])
+    assert report.main(["--gpu", "other"]) == 0
+    page = (tmp_path / "results" / "other" / "summary.md").read_text()
+    assert "make report GPU=other" in page and "](../../part1_triton_baseline/README.md)" in page
+    assert all(f"<!-- results:part{n} -->\n_NVIDIA H200" in page for n in range(1, 6)), page[:2000]
+    assert (tmp_path / "results" / "other" / "progression.png").exists()
+    assert readme.read_text() == "<!-- results:progression -->\nold\n<!-- /results:progression -->\n"
+    capsys.readouterr()
+    assert report.main(["--gpu", "other"]) == 0 and "updated" not in capsys.readouterr().out
