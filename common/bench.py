@@ -175,6 +175,8 @@ def save_run(path, run, rows, repeat=None):
 def run_cpu(part_numbers):
     """No GPU: check each part's forward and gradients under the interpreter on a small shape."""
     print(f"no CUDA GPU found ({runtime.describe()})")
+    if 5 in part_numbers:
+        print("part 5 runs part 4's Triton kernels here: its Gluon kernels need a Hopper GPU (sm_90)")
     ok = True
     shape = Shape((2, 2), 128, 96, 64)
     for n in part_numbers:
