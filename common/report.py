@@ -479,9 +479,9 @@ def fill(text, tables, gpu_dir, root=None):
 LESSONS_GPU = "h200"  # the GPU whose tables the READMEs show
 SUMMARY = """# {gpu}: every part measured on this GPU
 
-The READMEs' tables are from the {lessons}; these are from this GPU, in this folder's bench.csv
-(`make bench`, then `make report GPU={slug}`). `make report GPU={slug}` rewrites this page and
-nothing else.
+The READMEs' tables are from the {lessons}; these are from this GPU, in this folder's CSVs
+(`make bench`, `make sweep`, then `make report GPU={slug}`). `make report GPU={slug}` rewrites this
+page and nothing else.
 
 ## Each part at one shape
 
@@ -490,20 +490,26 @@ nothing else.
 
 ![Each part's forward and forward + backward TFLOP/s beside SDPA cuDNN](progression.png)
 {parts}"""
+SWEEP = """
+## Part 2's sweep
+
+![The sweep: best TFLOP/s per tile shape](part2_heatmaps.png)
+
+<!-- results:part2-sweep -->
+<!-- /results:part2-sweep -->
+"""
 
 
 def summary_page(gpu_dir):
-    """results/<gpu>/summary.md, for a GPU other than the lessons': the progression and each part's
-    forward against the part before and SDPA, from its bench.csv. Written from SUMMARY the first
-    time; after that its blocks are refilled like a README's."""
-    page = gpu_dir / "summary.md"
-    if not page.exists():
-        found = sorted({int(r["part"]) for r in read_csv(gpu_dir / "bench.csv") if r["part"] not in ("", None)})
-        blocks = "".join(f"\n## Part {n}\n\n<!-- results:part{n} -->\n<!-- /results:part{n} -->\n" for n in found)
-        name = read_csv(gpu_dir / "bench.csv")[0]["gpu"]
-        lessons = f"{LESSONS_GPU.upper()} (results/{LESSONS_GPU}/)"
-        page.write_text(SUMMARY.format(gpu=name, lessons=lessons, slug=gpu_dir.name, parts=blocks))
-    return page
+    """results/<gpu>/summary.md for a GPU other than the lessons' and the text it is filled from: the
+    progression, each part's forward against the part before and SDPA (bench.csv), and part 2's sweep
+    where part2_sweep.csv is there. Rebuilt from SUMMARY on every run, so a CSV added later shows."""
+    rows = read_csv(gpu_dir / "bench.csv")
+    found = sorted({int(r["part"]) for r in rows if r["part"] not in ("", None)})
+    blocks = "".join(f"\n## Part {n}\n\n<!-- results:part{n} -->\n<!-- /results:part{n} -->\n" for n in found)
+    blocks += SWEEP if (gpu_dir / "part2_sweep.csv").exists() else ""
+    lessons = f"{LESSONS_GPU.upper()} (results/{LESSONS_GPU}/)"
+    return gpu_dir / "summary.md", SUMMARY.format(gpu=rows[0]["gpu"], lessons=lessons, slug=gpu_dir.name, parts=blocks)
 
 
 def main(argv=None):
@@ -523,22 +529,26 @@ def main(argv=None):
         print(e, file=sys.stderr)
         return 2
     chosen = args.readme and {(ROOT / r).resolve() for r in args.readme}
+    sources = {}  # a page filled from a text other than its own: another GPU's summary.md, from SUMMARY
     if args.gpu == LESSONS_GPU:
         docs = [p for p in readmes() if not chosen or p.resolve() in chosen]
-    else:  # another GPU's tables go to its own folder, never into the lessons
-        docs = [summary_page(gpu_dir)] if (gpu_dir / "bench.csv").exists() else []
+    elif (gpu_dir / "bench.csv").exists():  # another GPU's tables go to its own folder, never into the lessons
+        page, sources[page] = summary_page(gpu_dir)
+        docs = [page]
+    else:
+        docs = []
     docs += sorted(gpu_dir.glob("part*_log.md"))
-    texts = {path: path.read_text() for path in docs}
+    texts = {path: path.read_text() if path.exists() else "" for path in docs}
     problems = [
         f"{results.shown(p)}: no table for <!-- results:{m[1]} -->"
         for p, t in texts.items()
-        for m in MARKER.findall(t)
+        for m in MARKER.findall(sources.get(p, t))
         if m[1] not in tables
     ]
     new = {}
     for path, text in texts.items():
         try:
-            new[path] = fill(text, tables, gpu_dir) if not problems else text
+            new[path] = fill(sources.get(path, text), tables, gpu_dir) if not problems else text
             if path.parent == gpu_dir:  # a page in results/<gpu>/: its links to the parts go up two folders
                 new[path] = re.sub(r"\]\((part\d+_\w+/)", r"](../../\1", new[path])
         except CodeError as e:

@@ -219,10 +219,11 @@ def test_common_imports_no_particular_part():
 
 
 def test_another_gpu_gets_its_own_page_and_leaves_the_lessons_alone(tmp_path, monkeypatch, capsys):
-    """make report GPU=<another>: results/<gpu>/summary.md with that GPU's progression and each part's
-    table (links to the parts two folders up), drawn again the same; no README is touched."""
+    """make report GPU=<another>: results/<gpu>/summary.md with that GPU's progression, each part's
+    table (links to the parts two folders up) and part 2's sweep, drawn again the same; no README is touched."""
     (tmp_path / "results" / "other").mkdir(parents=True)
-    shutil.copy(H200 / "bench.csv", tmp_path / "results" / "other" / "bench.csv")
+    for name in ("bench.csv", "part2_sweep.csv", "part2_device.json"):  # what make bench and make sweep write
+        shutil.copy(H200 / name, tmp_path / "results" / "other" / name)
     readme = tmp_path / "README.md"
     readme.write_text("<!-- results:progression -->\nold\n<!-- /results:progression -->\n")
     monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
@@ -231,7 +232,8 @@ def test_another_gpu_gets_its_own_page_and_leaves_the_lessons_alone(tmp_path, mo
     page = (tmp_path / "results" / "other" / "summary.md").read_text()
     assert "make report GPU=other" in page and "](../../part1_triton_baseline/README.md)" in page
     assert all(f"<!-- results:part{n} -->\n_NVIDIA H200" in page for n in range(1, 6)), page[:2000]
-    assert (tmp_path / "results" / "other" / "progression.png").exists()
+    assert "<!-- results:part2-sweep -->\n_NVIDIA H200" in page
+    assert all((tmp_path / "results" / "other" / png).exists() for png in ("progression.png", "part2_heatmaps.png"))
     assert readme.read_text() == "<!-- results:progression -->\nold\n<!-- /results:progression -->\n"
     capsys.readouterr()
     assert report.main(["--gpu", "other"]) == 0 and "updated" not in capsys.readouterr().out
