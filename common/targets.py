@@ -153,19 +153,9 @@ _TODO = []  # the compile jobs, which the worker processes inherit (a jit functi
 
 def compile_one(index):
     """Compile job _TODO[index]; returns (shared memory in bytes, "") or (None, why it failed)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     fn, sig, const, attrs, options, capability, gluon = _TODO[index][1]
-    if gluon:
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
     try:
-        kernel = triton.compile(
-            ASTSource(fn=fn, signature=sig, constexprs=const, attrs=attrs),
-            target=GPUTarget("cuda", capability, 32),
-            options=options,
-        )
+        kernel = triton_tools.compile_for(fn, sig, const, capability, options, attrs, gluon)
     except Exception as e:  # noqa: BLE001  (the compiler refused: its last line says why)
         lines = [line for line in str(e).splitlines() if line.strip()]
         return None, f"compile error: {lines[-1][:150] if lines else type(e).__name__}"

@@ -49,6 +49,7 @@ __all__ = [
     "autotune_keys",
     "configs",
     "compile_together",
+    "compile_for",
 ]
 
 
@@ -283,3 +284,21 @@ def binary_resources(cubin):
     if found is None:
         raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-200:]!r}")
     return int(found[1]), int(found[2])
+
+
+def compile_for(fn, signature, constexprs, capability, options, attrs=None, gluon=False):
+    """Compile a @triton.jit (gluon: @gluon.jit) function for an NVIDIA GPU of compute capability
+    `capability` (90 for sm_90) without one: signature {parameter: "*bf16" | "i32" | "fp32" |
+    "constexpr"}, constexprs {name: value}, options {num_warps, num_stages}, attrs the specialisation
+    a launch would give ({(index,): [["tt.divisibility", 16]]} for a 16-byte-aligned pointer; none:
+    nothing assumed). Returns the CompiledKernel (asm, metadata.shared); raises what the compiler raises.
+    3.6 to 3.9: triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda",
+    capability, 32), options=...); Gluon's source class is triton.experimental.gluon._runtime.GluonASTSource."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
+    source = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32), options=options)

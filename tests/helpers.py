@@ -1,11 +1,14 @@
 """Shared pieces of the test suite."""
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from common import parts
+from common import ROOT, parts
 from common.runtime import DEVICE, HAS_GPU, INTERPRET
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -14,6 +17,16 @@ DTYPE_IDS = ["fp32", "fp16", "bf16"]
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (full-size shapes are too slow elsewhere)")
 HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on a Hopper GPU (sm_90) only")
+
+
+def fresh_python(code, timeout=300, **env):
+    """`python -c code` in a new interpreter at the repository root, with a reader's environment:
+    TRITON_INTERPRET is not inherited from this test process (common.runtime set it here when there
+    is no GPU); env adds variables."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"} | env
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def skip_unsupported(part, dtype):

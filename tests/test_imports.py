@@ -1,14 +1,11 @@
 """Every part works the way a reader first uses it: imported directly, in a fresh Python process,
 on this machine's device (on a CPU, Triton's interpreter must switch itself on)."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from common import ROOT, parts
+from common import parts
 from common.runtime import HAS_GPU
+from tests.helpers import fresh_python
 
 DIRECT_USE = """
 import torch
@@ -26,15 +23,8 @@ print("ok", err)
 """
 
 
-def _fresh_python(code):
-    """A new interpreter at the repository root, with a reader's environment: TRITON_INTERPRET is
-    not inherited from this test process (common.runtime set it here when there is no GPU)."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-
 def test_direct_import(part):
-    result = _fresh_python(DIRECT_USE.format(folder=parts.folder(part).name))
+    result = fresh_python(DIRECT_USE.format(folder=parts.folder(part).name))
     assert result.returncode == 0 and result.stdout.startswith("ok"), result.stderr[-3000:]
 
 
@@ -42,6 +32,6 @@ def test_direct_import(part):
 @pytest.mark.skipif(HAS_GPU, reason="only without a GPU must the interpreter be switched on before triton loads")
 def test_triton_imported_first_is_a_clear_error(part):
     code = f"import triton\nimport {parts.folder(part).name}.flash_attention"
-    result = _fresh_python(code)
+    result = fresh_python(code)
     assert result.returncode != 0
     assert "ImportError: triton was imported before this project could switch on Triton's interpreter" in result.stderr

@@ -4,17 +4,14 @@ the parts do not compute is refused with a clear error; the helper under torch.c
 torch.library op. transformers is reached only through common/hf.py."""
 
 import copy
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from common import ROOT, hf, library, parts
 from common.check import check_outputs
-from tests.helpers import DEVICE, TINY_LLAMA, needs_gpu
+from tests.helpers import DEVICE, TINY_LLAMA, fresh_python, needs_gpu
 
 pytestmark = pytest.mark.skipif(not hf.available(), reason="needs transformers (pip install -e '.[model]')")
 
@@ -464,7 +461,7 @@ def test_the_readme_model_snippet_runs_as_written():
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Use it in a model") :]
     code = re.search(r"```python\n(.*?)```", section, re.S)[1]
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = fresh_python(code, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = re.search(r"tensor\(\[\[([\d,\s]+)\]\]", done.stdout)  # on a GPU: then device=...
     assert printed and len(printed[1].split(",")) == 12 + 8, done.stdout
@@ -475,8 +472,7 @@ def test_transformers_imported_first_is_named_in_the_error():
     """transformers loads triton as a model class is imported; without a GPU that is too late for the
     interpreter, and the error says which import to move."""
     code = "from transformers import LlamaForCausalLM\nfrom common import hf"
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = fresh_python(code)
     assert done.returncode != 0
     assert "transformers, imported first, loaded triton" in done.stderr
     assert "Import common.hf (or the part) before transformers" in done.stderr

@@ -2,12 +2,9 @@
 fails naming part, kernel, configuration, target and bytes. CI runs the check itself
 (`python -m common.targets --quick`); these tests check that it can fail, and fail for the right reason."""
 
-import os
 import re
-import subprocess
-import sys
 
-from common import ROOT
+from tests.helpers import fresh_python
 
 # In a fresh process: common.targets compiles for real (TRITON_INTERPRET=0), which must be set before
 # triton loads. Part 2 with one tile list of a single 256 x 256 tile in 4 stages (about 384 KB of
@@ -33,8 +30,7 @@ for r in rows:
 
 
 def test_an_oversized_configuration_fails_naming_the_target():
-    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
-    done = subprocess.run([sys.executable, "-c", CODE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = fresh_python(CODE, timeout=900, TRITON_DEFAULT_FP_FUSION="1")
     assert done.returncode == 0, done.stderr[-3000:]
     problems = [line for line in done.stdout.splitlines() if line.startswith("PROBLEM")]
     assert len(problems) == 1, done.stdout

@@ -112,10 +112,6 @@ TYPES = {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "O": "*bf16", "L": "*fp32", "
 def compile_forward(module, d, causal, config):
     """One row: the module's _attn_fwd compiled for sm_90 at this D, mask and configuration (the
     whole-tiles candidate as a non-causal call of whole tiles runs it: the benchmark's shapes)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     fn = triton_tools.jit_function(module._attn_fwd)
     names = {fn.arg_names[i] for i in fn.constexprs}
     values = dict(D=d, IS_CAUSAL=causal, DOT_PRECISION="tf32", WHOLE_TILES=not causal, **config.kwargs)
@@ -123,9 +119,8 @@ def compile_forward(module, d, causal, config):
     row = dict(D=d, causal=int(causal), **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
     row["arch"] = "sm_90"
     try:
-        source = ASTSource(fn=fn, signature=signature, constexprs={n: values[n] for n in names})
         options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
-        kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+        kernel = triton_tools.compile_for(fn, signature, {n: values[n] for n in names}, 90, options)
     except Exception as e:  # the compiler refuses: its last line says why
         lines = [line for line in str(e).splitlines() if line.strip()]
         return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")

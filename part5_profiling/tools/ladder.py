@@ -322,16 +322,11 @@ TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
 
 def compiled_facts(name, d, causal):
     """Step `name`'s main kernel compiled for sm_90 at this D and mask: what the binary holds."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     module = load(name)
     fn = module._attn_fwd_gluon if name.startswith("fwd") else module._attn_bwd_gluon
     meta = module.constexprs(d, causal)
     signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-    source = GluonASTSource(fn=fn, signature=signature, constexprs=meta)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    kernel = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
     ptx, (registers, stack) = kernel.asm["ptx"], triton_tools.binary_resources(kernel.asm["cubin"])
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     return dict(
