@@ -4,7 +4,7 @@ to each of its backends, and FlexAttention and FlashAttention-4 when asked for.
 An Impl is what the benchmark checks and times: a forward that returns what the check compares, a
 differentiable attention that is timed, and the limits of what it is run at. A part is read only
 through its interface (common/parts.py): flash_forward, FlashAttention, whether its backward is the
-PyTorch one of common/backward.py, and the optional forward_config().
+PyTorch one of common/backward.py, and what parts.forward_config() reads of its last forward.
 """
 
 import contextlib

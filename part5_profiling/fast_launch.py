@@ -48,5 +48,5 @@ class Launch:
             return
         launch, config, blocks = known
         if config is not None:
-            self.kernel.best_config = config  # what Triton's path leaves there (forward_config() reads it)
+            self.kernel.best_config = config  # what Triton's path leaves there (parts.forward_config reads it)
         launch(grid(blocks), args[0].device.index, *args)
