@@ -7,8 +7,8 @@
 Every Triton part's kernels are compiled for sm_80 (A100), sm_86 (RTX 30), sm_89 (RTX 40), sm_90
 (H100, H200), sm_100 (B200) and sm_120 (RTX 50), as a real call launches them: each part's
 flash_forward and flash_backward run on small CPU tensors with Triton's launch replaced by a recorder,
-which keeps the arguments, the constexprs and the configurations the part's pruning keeps when the
-GPU's shared memory per program is that target's. Each recorded launch is then compiled with the
+which keeps the arguments, the constexprs and the configurations the part's pruning keeps when
+launch.smem_limit() gives that target's shared memory per program. Each recorded launch is then compiled with the
 specialisation a launch gets (16-byte-aligned pointers carry tt.divisibility = 16, which is what
 lets the compiler vectorise and pipeline the loads), and the binary's shared memory
 (metadata.shared, the compiler's own figure for that architecture) is compared with the target's.
@@ -32,7 +32,7 @@ if __name__ == "__main__":  # compile for real, even without a GPU: set before a
     os.environ["TRITON_INTERPRET"] = "0"
 import torch  # noqa: E402
 
-from common import PROVENANCE, ROOT, parts, results, triton_tools  # noqa: E402
+from common import PROVENANCE, ROOT, launch, parts, results, triton_tools  # noqa: E402
 
 KB = 1024
 TARGETS = {  # name: (compute capability, shared memory one program may use (opt-in), the GPUs)
@@ -48,23 +48,6 @@ HEAD_DIMS = (64, 128)
 N = 200  # a length that is no multiple of a tile; the configurations do not depend on it
 CSV = ROOT / "results" / "targets.csv"  # one file for every GPU: nothing here runs on one
 FIELDS = ["part", "kernel", "dtype", "D", "causal", "target", "config", "kept", "shared", "limit", "fits", "status"]
-
-
-@contextlib.contextmanager
-def gpu_with_shared_memory(limit, capability):
-    """torch.cuda as a pruning function sees it on a GPU with `limit` bytes of shared memory per program."""
-    props = types.SimpleNamespace(
-        shared_memory_per_block_optin=limit, major=capability // 10, minor=capability % 10, multi_processor_count=132
-    )
-    patches = dict(is_available=lambda: True, current_device=lambda: 0, get_device_properties=lambda *_: props)
-    saved = {name: getattr(torch.cuda, name) for name in patches}
-    for name, fn in patches.items():
-        setattr(torch.cuda, name, fn)
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(torch.cuda, name, fn)
 
 
 @contextlib.contextmanager
@@ -84,14 +67,15 @@ def recording(launches):
     def tuned_run(self, *args, **kwargs):
         self.nargs = dict(zip(self.arg_names, args))
         kept = {}
-        for name, (capability, limit, _) in TARGETS.items():
-            with gpu_with_shared_memory(limit, capability):
-                kept[name] = self.prune_configs(kwargs)
+        for name, (_, limit, _) in TARGETS.items():
+            launch.smem_limit = lambda limit=limit: limit  # what the parts' pruning reads, as that GPU says it
+            kept[name] = self.prune_configs(kwargs)
         launches.append((self.fn, self.nargs, kwargs, kept))
         self.best_config = kept["sm_90"][0]
         return types.SimpleNamespace(run=None, function=None, packed_metadata=None)
 
     saved = JITFunction.run, Autotuner.run, JITFunction.warmup, Autotuner.warmup, triton_tools.direct_launcher
+    smem_limit = launch.smem_limit
     JITFunction.run, Autotuner.run = jit_run, tuned_run
     JITFunction.warmup = Autotuner.warmup = lambda *a, **k: None  # compiling ahead: nothing to compile here
     triton_tools.direct_launcher = lambda *a, **k: lambda *a, **k: None  # a fast path keeps a launcher: a no-op
@@ -99,6 +83,7 @@ def recording(launches):
         yield launches
     finally:
         JITFunction.run, Autotuner.run, JITFunction.warmup, Autotuner.warmup, triton_tools.direct_launcher = saved
+        launch.smem_limit = smem_limit
 
 
 def calls(module, dtypes=tuple(DTYPES), dims=HEAD_DIMS, causals=(False, True)):
