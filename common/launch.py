@@ -12,7 +12,8 @@ run(kernel, grid, *args, **constexprs) is kernel[grid](*args, **constexprs), and
   sequence there): past it, a ValueError naming the tensor, not a launch error;
 - the first call of a shape class compiles every configuration the autotuner will time side by
   side (triton_tools.compile_together), not one by one as its timing loop would; later calls find
-  them in Triton's cache. A shape class is what makes Triton compile or tune differently: the
+  them in Triton's cache. On a large input the autotuner then times them on a few of its
+  sequences (tune()), not on all of it. A shape class is what makes Triton compile or tune differently: the
   kernel, the device, the tensors' dtypes, the constexprs, and for an @triton.autotune kernel the
   values of its key arguments (N_BUCKET). The kernel's integer arguments are do_not_specialize and
   its tensors 16-byte aligned (sequences() sees to it), so nothing else changes a binary.
@@ -42,6 +43,8 @@ _ahead_seen = set()  # the calls ahead() was given: fn, determinism, and each ar
 _ahead_started = [0]  # how many compiles ahead() has started (a count: the futures are not kept)
 _MAX_SEEN = 4096  # signatures remembered; past this many (lengths that keep changing), start again
 _tuned_args = {}  # kernel -> the positions of its autotune key among its arguments
+TUNE_SCORES = 2**31  # tune(): past this many scores (sequences x N_q x N_k), timed on fewer sequences
+_tuned = set()  # the shape classes tune() has seen
 
 
 class _Recorded(Exception):
@@ -69,6 +72,20 @@ def smem_limit():
     if not torch.cuda.is_available():
         return 227 * 1024
     return torch.cuda.get_device_properties(torch.cuda.current_device()).shared_memory_per_block_optin
+
+
+def fitting(kernel, configs, named_args, constexprs):
+    """What a prune keeps: the configurations whose binary, compiled for this GPU, fits the shared
+    memory one program may use there (smem_limit), by the compiler's own figure. No one arithmetic
+    fits every GPU: for Hopper's TMA loads the compiler keeps num_stages buffers of each streamed
+    tile, for the cp.async copies of Ampere and Ada num_stages - 1 (results/targets.csv has both).
+    named_args and constexprs: what the autotuner hands its early_config_prune (the launch's
+    arguments). If none fits, the smallest is kept, and its launch raises Triton's OutOfResources.
+    Without a GPU, or under the interpreter, nothing compiles: `configs` as they are."""
+    if runtime.INTERPRET or not torch.cuda.is_available():
+        return configs
+    sizes = triton_tools.shared_sizes(kernel, configs, list(named_args.values()), constexprs)
+    return [c for c in configs if sizes[c] <= smem_limit()] or [min(configs, key=sizes.get)]
 
 
 def shape_class(kernel, args, constexprs):
@@ -100,9 +117,49 @@ def run(kernel, grid, *args, via=None, **constexprs):
     if via is None:
         _check_grid(kernel, grid, args, constexprs)
     triton_tools.compile_together([(kernel, args, constexprs)], _compiled, key)
+    tune(kernel, grid, args, constexprs, key)
     if via is not None:
         return via(key, grid, *args, **constexprs)
     return kernel[grid](*args, **constexprs)
+
+
+def tune(kernel, grid, args, constexprs, key=None):
+    """Before the first launch of an @triton.autotune kernel's shape class on a large input, have the
+    autotuner time its configurations on the input's leading sequences alone: its choice, kept under
+    the same key, then costs milliseconds, where timing every configuration several times on the
+    whole input took tens of seconds (part 4 at B = 9, H = 32, N = 65536: 33 s forward, 68 s
+    backward). Large: more than TUNE_SCORES scores (sequences x N_QUERIES x N_KEYS); the leading m
+    sequences hold about that many, at least one (a sequence of 64k queries is hundreds of programs:
+    the GPU stays full). Every tensor argument of the first one's leading length is cut to m
+    (outputs too: the real launch writes them after), N_SEQS is set to m, and the grid's sequence
+    axis (the second; or the first, query tiles x sequences) scaled to m. run() calls it; a caller
+    that launches by other means calls it itself. Not for a kernel whose autotuner resets or restores
+    arguments (one that accumulates into its outputs)."""
+    if runtime.INTERPRET or not isinstance(kernel, triton.runtime.Autotuner) or len(kernel.configs) < 2:
+        return
+    key = key if key is not None else shape_class(kernel, args, constexprs)
+    if key in _tuned or kernel.reset_to_zero or kernel.restore_value:
+        return
+    _tuned.add(key)
+    names = triton_tools.arg_names(kernel)
+    values = dict(zip(names, args))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors or "N_QUERIES" not in values or "N_KEYS" not in values:
+        return
+    n = tensors[0].shape[0]
+    m = max(1, int(TUNE_SCORES // (values["N_QUERIES"] * values["N_KEYS"])))
+    if m >= n:
+        return
+    cut = [a[:m] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n else a for a in args]
+    if "N_SEQS" in values:
+        cut[names.index("N_SEQS")] = m
+
+    def fewer(meta):
+        g = grid(meta)
+        g = tuple(g) if isinstance(g, (tuple, list)) else (g,)
+        return (g[0], m, *g[2:]) if len(g) > 1 else (g[0] // n * m,)
+
+    kernel[fewer](*cut, **constexprs)
 
 
 def compile_first(key, calls):

@@ -438,6 +438,7 @@ def all_tables(reports):
     ValueError if a name is taken twice (marker names are global)."""
     tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
     tables["targets"] = targets.table
+    tables["first-call-large"] = coldstart.large_table
     tables["progression"] = table_progression
     for n in parts.folders():
         tables |= {

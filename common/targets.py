@@ -1,22 +1,22 @@
 """Will each part compile, and fit, on the GPUs readers have? Checked with Triton's own compiler, no GPU needed.
 
     python -m common.targets              # every configuration on every target (make targets): a CSV and a table
-    python -m common.targets --quick      # CI: the largest kept configuration of each kernel, D and target,
-                                          #     bf16, causal (what bounds the rest), in minutes
+    python -m common.targets --quick      # CI: the smallest configuration of each kernel, D and target,
+                                          #     bf16, causal (the one that must fit), in minutes
 
 Every Triton part's kernels are compiled for sm_80 (A100), sm_86 (RTX 30), sm_89 (RTX 40), sm_90
 (H100, H200), sm_100 (B200) and sm_120 (RTX 50), as a real call launches them: each part's
 flash_forward and flash_backward run on small CPU tensors with Triton's launch replaced by a recorder,
-which keeps the arguments, the constexprs and the configurations the part's pruning keeps when
-launch.smem_limit() gives that target's shared memory per program. Each recorded launch is then compiled with the
-specialisation a launch gets (16-byte-aligned pointers carry tt.divisibility = 16, which is what
-lets the compiler vectorise and pipeline the loads), and the binary's shared memory
-(metadata.shared, the compiler's own figure for that architecture) is compared with the target's.
-Part 5's Gluon kernels are compiled for sm_90, the only target they are written for.
+which keeps the arguments, the constexprs and the configurations the part's pruning hands
+launch.fitting. Each recorded launch is then compiled with the specialisation a launch gets
+(16-byte-aligned pointers carry tt.divisibility = 16, which is what lets the compiler vectorise and
+pipeline the loads), and the binary's shared memory (metadata.shared, the compiler's own figure for
+that architecture) is compared with the target's: on that GPU, launch.fitting keeps the ones that
+fit. Part 5's Gluon kernels are compiled for sm_90, the only target they are written for.
 
-It fails, naming part, kernel, input class, configuration, target and bytes, when a configuration
-the pruning keeps needs more shared memory than the target has (the autotuner would meet it as an
-error), or when an input class keeps none that fits. Nothing is launched: no GPU, no driver.
+It fails, naming part, kernel, input class, configuration, target and bytes, when an input class
+keeps no configuration that fits a target, or a kernel does not compile. Nothing is launched: no
+GPU, no driver.
 """
 
 import argparse
@@ -54,7 +54,7 @@ FIELDS = ["part", "kernel", "dtype", "D", "causal", "target", "config", "kept", 
 def recording(launches):
     """Triton's launch path replaced: each launch appends (jit function, bound arguments, constexprs,
     configurations or None) to `launches` and runs nothing. For an autotuned kernel the configurations
-    are what its pruning keeps on every target, {target: [triton.Config, ...]}.
+    are those its pruning hands launch.fitting, which decides per GPU by compiling them.
     3.6 to 3.9: a launch is JITFunction.run(*args, grid=..., **kwargs) or Autotuner.run(*args, **kwargs),
     and Autotuner.prune_configs(kwargs) applies early_config_prune to self.configs with self.nargs."""
     from triton.runtime import Autotuner, JITFunction
@@ -66,16 +66,14 @@ def recording(launches):
 
     def tuned_run(self, *args, **kwargs):
         self.nargs = dict(zip(self.arg_names, args))
-        kept = {}
-        for name, (_, limit, _) in TARGETS.items():
-            launch.smem_limit = lambda limit=limit: limit  # what the parts' pruning reads, as that GPU says it
-            kept[name] = self.prune_configs(kwargs)
+        kept = self.prune_configs(kwargs)
         launches.append((self.fn, self.nargs, kwargs, kept))
-        self.best_config = kept["sm_90"][0]
+        self.best_config = kept[0]
         return types.SimpleNamespace(run=None, function=None, packed_metadata=None)
 
     saved = JITFunction.run, Autotuner.run, JITFunction.warmup, Autotuner.warmup, triton_tools.direct_launcher
-    smem_limit = launch.smem_limit
+    fitting = launch.fitting
+    launch.fitting = lambda kernel, configs, *_: configs  # what the compiler says per target comes after
     JITFunction.run, Autotuner.run = jit_run, tuned_run
     JITFunction.warmup = Autotuner.warmup = lambda *a, **k: None  # compiling ahead: nothing to compile here
     triton_tools.direct_launcher = lambda *a, **k: lambda *a, **k: None  # a fast path keeps a launcher: a no-op
@@ -83,7 +81,7 @@ def recording(launches):
         yield launches
     finally:
         JITFunction.run, Autotuner.run, JITFunction.warmup, Autotuner.warmup, triton_tools.direct_launcher = saved
-        launch.smem_limit = smem_limit
+        launch.fitting = fitting
 
 
 def calls(module, dtypes=tuple(DTYPES), dims=HEAD_DIMS, causals=(False, True)):
@@ -160,9 +158,9 @@ def jobs(n, module, quick, targets=tuple(TARGETS), **classes):
     for kernel, dtype, d, causal, fn, args, constexprs, kept in calls(module, **classes):
         for target in targets:
             capability, limit, _ = TARGETS[target]
-            configs = [None] if kept is None else kept[target]
-            if quick and kept is not None:  # the one the pruning estimates largest bounds the rest
-                configs = [max(configs, key=_estimate)]
+            configs = [None] if kept is None else kept
+            if quick and kept is not None:  # the smallest: the one that must fit, if any is to
+                configs = [min(configs, key=_estimate)]
             for config in configs:
                 meta = dict(constexprs, **(config.kwargs if config else {}))
                 options = dict(num_warps=meta.pop("num_warps", 4), num_stages=meta.pop("num_stages", 3))
@@ -176,7 +174,7 @@ def jobs(n, module, quick, targets=tuple(TARGETS), **classes):
 
 
 def _estimate(config):
-    """What a configuration's tiles weigh, to pick the largest: rows of the tiles times stages."""
+    """What a configuration's tiles weigh, to pick the smallest: rows of the tiles times stages."""
     return sum(v for k, v in config.kwargs.items() if k.startswith("BLOCK")) * config.num_stages
 
 
@@ -209,13 +207,17 @@ def _gluon_type(name, dtype):
 
 
 def check(rows):
-    """The problems in checked rows, one line each; empty when every part fits every target."""
-    problems = []
+    """The problems in checked rows, one line each; empty when every part has a configuration that fits
+    every target for every input class (the pruning drops the others there) and every kernel compiles."""
+    problems, fit = [], {}
+    for r in rows:
+        group = (r["part"], r["kernel"], r["dtype"], r["D"], r["causal"], r["target"])
+        fit[group] = fit.get(group, False) or bool(r["fits"])
     for r in rows:
         where = f"part {r['part']} {r['kernel']} ({r['dtype']}, D={r['D']}, causal={r['causal']}) {r['config']}"
         if r["status"]:
             problems.append(f"{where} on {r['target']}: {r['status']}")
-        elif not r["fits"]:
+        elif not fit[(r["part"], r["kernel"], r["dtype"], r["D"], r["causal"], r["target"])]:
             problems.append(f"{where} on {r['target']}: {r['shared']} bytes of shared memory, {r['limit']} there")
     return problems
 
@@ -273,12 +275,13 @@ def table(gpu_dir=None):
             mine = [r for r in rows if (r["part"], r["kernel"], r["target"]) == (part, kernel, target)]
             sizes = sorted(-(-r["shared"] // KB) for r in mine if r["fits"])
             span = "" if not sizes else f"{sizes[0]} KB" if sizes[0] == sizes[-1] else f"{sizes[0]}-{sizes[-1]} KB"
-            bad = len(mine) - len(sizes)
-            cells.append("—" if not mine else span + (f", {bad} too big" if bad else ""))
+            dropped = len(mine) - len(sizes)
+            cells.append("—" if not mine else span + (f" ({dropped} pruned)" if dropped else ""))
         body.append([part, f"`{kernel}`", *cells])
     caption = (
         "Shared memory the compiler allocates for one program, over the configurations each part's pruning keeps "
-        "on that GPU, for bf16, fp16 and float32, D = 64 and 128, causal or not; — where a kernel is not built "
+        "on that GPU (those that fit; in brackets, how many it drops there), for bf16, fp16 and float32, "
+        "D = 64 and 128, causal or not; — where a kernel is not built "
         "(part 5's Gluon kernels are written for sm_90; elsewhere part 5 runs part 4's Triton kernels, the same "
         "binaries as part 4's rows). Compiled, not run: none of these GPUs but the H200 timed anything here."
     )

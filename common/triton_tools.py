@@ -27,8 +27,9 @@ from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
 try:  # 3.6 to 3.9; an older Triton compiles one kernel at a time (compile_together does nothing)
     from triton.runtime._async_compile import AsyncCompileMode
+    from triton.runtime._async_compile import active_mode as _async_mode
 except ImportError:
-    AsyncCompileMode = None
+    AsyncCompileMode = _async_mode = None
 
 __all__ = [
     "OutOfResources",
@@ -49,6 +50,7 @@ __all__ = [
     "autotune_keys",
     "configs",
     "compile_together",
+    "shared_sizes",
     "compile_for",
 ]
 
@@ -268,6 +270,39 @@ def _compile(calls, device=None):
                     kernel.warmup(*args, grid=(1,), **constexprs)
     except Exception:  # noqa: BLE001  (an optimisation only: the launches compile what is missing)
         pass
+
+
+def shared_sizes(kernel, configs, args, constexprs):
+    """{config: bytes of shared memory its binary takes on the current GPU} for an @triton.autotune
+    kernel's configurations on one launch's arguments (args: every run-time argument, in order;
+    constexprs: the launch's keyword arguments); float("inf") where one does not compile. What
+    Triton's cache lacks is compiled side by side (under the caller's AsyncCompileMode when one is
+    active, compile_together's, else under one of its own).
+    3.6 to 3.9: JITFunction.warmup returns the CompiledKernel, or under an active AsyncCompileMode a
+    FutureKernel, whose attributes wait for the compile (and raise if it failed); modes do not nest."""
+    fn = jit_function(kernel)
+    meta = {k: v for k, v in constexprs.items() if k != "grid"}  # Autotuner.warmup passes its grid through
+
+    def read():
+        started = {}
+        for c in configs:
+            try:
+                started[c] = fn.warmup(*args, grid=(1,), **meta, **c.all_kwargs())
+            except Exception:  # noqa: BLE001  (does not compile: it cannot run either)
+                pass
+        sizes = {c: float("inf") for c in configs}
+        for c, compiled in started.items():
+            try:
+                sizes[c] = shared_memory(compiled)
+            except Exception:  # noqa: BLE001
+                pass
+        return sizes
+
+    if AsyncCompileMode is None or _async_mode.get() is not None:
+        return read()
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="compile-together") as pool:
+        with AsyncCompileMode(pool, ignore_errors=True):
+            return read()
 
 
 def binary_resources(cubin):

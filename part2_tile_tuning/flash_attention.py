@@ -35,19 +35,19 @@ CONFIGS = [INTERPRETED] if INTERPRET else TUNED + list(FLOAT32.values())  # the 
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
-    """Shared memory the tiles need: Q once, and num_stages buffers each of K and V in flight."""
+    """Shared memory the tiles need on Hopper: Q once, and num_stages buffers each of K and V in flight."""
     return block_m * d * elem_bytes + num_stages * 2 * block_n * d * elem_bytes
 
 
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: a float32 call gets its D's float32 tile, a 16-bit call the others that fit."""
+    """early_config_prune: a float32 call gets its D's float32 tile; a 16-bit call the others, those
+    whose binary the compiler sizes within this GPU's shared memory (on Hopper, smem_bytes)."""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
     tile = FLOAT32[128 if d > 64 else 64]
     if elem_bytes == 4 and any(c is tile for c in configs):
         return [tile]
     configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
-    need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
-    return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
+    return launch.fitting(_attn_fwd, configs, named_args, kwargs)  # those whose binary fits this GPU
 
 
 # N_QUERIES and N_KEYS are runtime values: without do_not_specialize, Triton would compile one

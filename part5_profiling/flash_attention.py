@@ -52,19 +52,19 @@ CONFIGS = [INTERPRETED] if INTERPRET else TUNED + list(FLOAT32.values())  # the 
 
 
 def smem_bytes(block_m, block_n, d, elem_bytes, num_stages):
-    """Shared memory the tiles need: Q once, and num_stages buffers each of K and V in flight."""
+    """Shared memory the tiles need on Hopper: Q once, and num_stages buffers each of K and V in flight."""
     return block_m * d * elem_bytes + num_stages * 2 * block_n * d * elem_bytes
 
 
 def fits_in_smem(configs, named_args, **kwargs):
-    """early_config_prune: a float32 call gets its D's float32 tile, a 16-bit call the others that fit."""
+    """early_config_prune: a float32 call gets its D's float32 tile; a 16-bit call the others, those
+    whose binary the compiler sizes within this GPU's shared memory (on Hopper, smem_bytes)."""
     elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
     tile = FLOAT32[128 if d > 64 else 64]
     if elem_bytes == 4 and any(c is tile for c in configs):
         return [tile]
     configs = [c for c in configs if all(c is not t for t in FLOAT32.values())] or configs
-    need = {c: smem_bytes(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], d, elem_bytes, c.num_stages) for c in configs}
-    return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
+    return launch.fitting(_attn_fwd, configs, named_args, kwargs)  # those whose binary fits this GPU
 
 
 @triton.jit
@@ -246,8 +246,9 @@ def flash_forward(Q, K, V, is_causal):
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)  # contiguous: (B*H, N, D) in memory
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
-    if new and not gluon:  # the autotuner's configurations, compiled together (once per shape class)
+    if new and not gluon:  # the autotuner's configurations, compiled together, timed on a bounded input
         launch.compile_first((_attn_fwd, *key), [(_attn_fwd, (q, k, v, o, lse, *tail), meta)])
+        launch.tune(_attn_fwd, grid, (q, k, v, o, lse, *tail), meta)
     (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
     return o, lse
@@ -307,15 +308,15 @@ BWD_DQ_CONFIGS = (
 
 def bwd_smem_bytes(held_rows, streamed_rows, d, elem_bytes, num_stages):
     """Shared memory of a backward kernel: two tiles it holds for the whole loop (K_j and V_j in
-    the dK/dV kernel, Q_i and dO_i in the dQ kernel) and num_stages buffers of the two it streams."""
+    the dK/dV kernel, Q_i and dO_i in the dQ kernel) and num_stages buffers of the two it streams (Hopper's count)."""
     return 2 * held_rows * d * elem_bytes + num_stages * 2 * streamed_rows * d * elem_bytes
 
 
 def bwd_fits_in_smem(streamed):
     """early_config_prune for a backward kernel whose loop streams tiles of `streamed` rows
     ("BLOCK_M": the dK/dV kernel walks query tiles; "BLOCK_N": the dQ kernel walks key tiles): a
-    float32 call gets the kernel's float32 tile of its D, as the forward's fits_in_smem does."""
-    held = "BLOCK_N" if streamed == "BLOCK_M" else "BLOCK_M"
+    float32 call gets the kernel's float32 tile of its D, a 16-bit call the others whose binary fits
+    this GPU, as the forward's fits_in_smem does."""
     float32 = BWD_DKDV_FLOAT32 if streamed == "BLOCK_M" else BWD_DQ_FLOAT32
 
     def prune(configs, named_args, **kwargs):
@@ -324,8 +325,7 @@ def bwd_fits_in_smem(streamed):
         if elem_bytes == 4 and any(c is tile for c in configs):
             return [tile]
         configs = [c for c in configs if all(c is not t for t in float32.values())] or configs
-        need = {c: bwd_smem_bytes(c.kwargs[held], c.kwargs[streamed], d, elem_bytes, c.num_stages) for c in configs}
-        return [c for c in configs if need[c] <= launch.smem_limit()] or [min(configs, key=need.get)]
+        return launch.fitting(_attn_bwd_dkdv if streamed == "BLOCK_M" else _attn_bwd_dq, configs, named_args, kwargs)
 
     return prune
 

@@ -114,20 +114,61 @@ def test_programs_per_sm(part, warps, regs, smem, programs):
 
 
 @pytest.mark.only_parts(2)
-def test_autotune_prune_follows_dtype(part, monkeypatch):
+def test_the_prune_follows_dtype_and_asks_the_compiler(part, monkeypatch):
+    """A float32 call gets its tile. A 16-bit call keeps the configurations whose binary the
+    compiler sizes within this GPU's shared memory (on Hopper, smem_bytes to within 2 KB), and the
+    smallest when none fits; without a GPU nothing compiles, and every one is kept."""
     fa = parts.load(part)
     import triton  # after the part: without a GPU, common.runtime must switch on the interpreter first
 
     big = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_warps=8, num_stages=3)
     small = triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2)
-    monkeypatch.setattr(launch, "smem_limit", lambda: H200_SMEM)
-    bf16, fp32 = torch.empty(1, dtype=torch.bfloat16), torch.empty(1, dtype=torch.float32)
-    # 128x128, D=128, 3 stages: 32 KB + 3 * 64 KB = 224 KB in bf16 fits; 448 KB in float32 does not.
-    assert fa.fits_in_smem([big, small], {"Q": bf16}, D=128) == [big, small]
-    assert fa.fits_in_smem([big, small], {"Q": fp32}, D=128) == [small]
-    # If nothing fits, the smallest survives, so the autotuner always has a candidate.
-    monkeypatch.setattr(launch, "smem_limit", lambda: 1024)
-    assert fa.fits_in_smem([big, small], {"Q": fp32}, D=128) == [small]
+    q = torch.randn(2, 256, 128, device=DEVICE, dtype=torch.bfloat16)
+    args = dict(Q=q, K=q, V=q, O=torch.empty_like(q), L=torch.empty(2, 256, device=DEVICE), N_QUERIES=256)
+    args.update(N_KEYS=256, N_BUCKET=256, scale=128**-0.5)
+    meta = dict(D=128, IS_CAUSAL=False, DOT_PRECISION="tf32")
+    tile = fa.FLOAT32[128]
+    assert fa.fits_in_smem([big, small, tile], {**args, "Q": q.float()}, **meta) == [tile]
+    if not torch.cuda.is_available():
+        assert fa.fits_in_smem([big, small], args, **meta) == [big, small]
+        return
+    sizes = triton_tools.shared_sizes(fa._attn_fwd, [big, small], list(args.values()), meta)
+    assert 0 < sizes[small] < sizes[big] < float("inf")
+    if torch.cuda.get_device_capability()[0] == 9:  # TMA loads: Q and num_stages buffers of K and V
+        assert abs(sizes[big] - fa.smem_bytes(128, 128, 128, 2, 3)) <= 2048, sizes
+    for limit, kept in ((sizes[big], [big, small]), (sizes[big] - 1, [small]), (1024, [small])):
+        monkeypatch.setattr(launch, "smem_limit", lambda limit=limit: limit)
+        assert fa.fits_in_smem([big, small], args, **meta) == kept, limit
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="times configurations on a GPU")
+@pytest.mark.only_parts(4)
+def test_a_large_first_call_is_tuned_on_a_few_sequences(part, monkeypatch):
+    """launch.tune: past TUNE_SCORES scores, a new shape class's autotuner times its configurations
+    on the leading sequences alone (N_SEQS cut), then the real launch runs them all, correctly."""
+    fa = parts.load(part)
+    from common.reference import attention_reference
+
+    monkeypatch.setattr(launch, "TUNE_SCORES", 300 * 300 * 2)  # two sequences' worth
+    seen = {}
+    for kernel in (fa._attn_fwd, fa._attn_bwd_dkdv, fa._attn_bwd_dq):
+        monkeypatch.setattr(kernel, "cache", {})  # a new key, whatever ran before in this process
+        jit, at = kernel.fn, triton_tools.arg_names(kernel).index("N_SEQS")
+        seen[kernel] = []
+
+        def spy(*args, _run=jit.run, _seen=seen[kernel], _at=at, **kwargs):
+            _seen.append(args[_at])
+            return _run(*args, **kwargs)
+
+        monkeypatch.setattr(jit, "run", spy)
+    monkeypatch.setattr(launch, "_tuned", set())
+    q, k, v = (torch.randn(2, 4, 300, 64, device=DEVICE, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    o = fa.FlashAttention.apply(q, k, v, True)
+    o.backward(torch.ones_like(o))
+    for kernel, n_seqs in seen.items():
+        assert n_seqs and set(n_seqs[:-1]) == {2} and n_seqs[-1] == 8, (kernel.fn.__name__, n_seqs)
+    ref, _ = attention_reference(q.detach(), k.detach(), v.detach(), True)
+    torch.testing.assert_close(o.detach().double(), ref, atol=2e-2, rtol=0)
 
 
 @pytest.mark.since_part(2)

@@ -21,8 +21,6 @@ import functools
 import os
 import sys
 
-import torch
-
 from common import parts, results, runtime, steps, study, triton_tools
 from common.bench import each_shape
 from common.timing import attention_flops
@@ -136,9 +134,8 @@ def run_compile(names, save=None):
         module = load(CANDIDATES[name])
         for d in HEAD_DIMS:
             for causal in (False, True):
-                bf16 = dict(Q=torch.empty(0, dtype=torch.bfloat16))
                 tuned = [c for c in module.CONFIGS if all(c is not f for f in module.FLOAT32.values())]
-                for config in module.fits_in_smem(tuned, bf16, D=d):  # the autotuner's own pruning
+                for config in tuned:  # every one fits the H200 (a compile that does not says so in its status)
                     rows.append(dict(compile_forward(module, d, causal, config), candidate=name, **meta))
                     r = rows[-1]
                     print(f"{name:<30} D={d:<3} causal={causal:d} {triton_tools.config_label(config)}  {r['status'][:60]:<8} "
