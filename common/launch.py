@@ -85,6 +85,8 @@ def fitting(kernel, configs, named_args, constexprs):
     if runtime.INTERPRET or not torch.cuda.is_available():
         return configs
     sizes = triton_tools.shared_sizes(kernel, configs, list(named_args.values()), constexprs)
+    if all(size == float("inf") for size in sizes.values()):  # none compiled: the autotuner meets why
+        return configs
     return [c for c in configs if sizes[c] <= smem_limit()] or [min(configs, key=sizes.get)]
 
 
@@ -146,10 +148,10 @@ def tune(kernel, grid, args, constexprs, key=None):
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if not tensors or "N_QUERIES" not in values or "N_KEYS" not in values:
         return
-    n = tensors[0].shape[0]
-    m = max(1, int(TUNE_SCORES // (values["N_QUERIES"] * values["N_KEYS"])))
-    if m >= n:
+    n, scores = tensors[0].shape[0], values["N_QUERIES"] * values["N_KEYS"]
+    if n * scores <= TUNE_SCORES:
         return
+    m = max(1, int(TUNE_SCORES // scores))
     cut = [a[:m] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n else a for a in args]
     if "N_SEQS" in values:
         cut[names.index("N_SEQS")] = m

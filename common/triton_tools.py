@@ -26,10 +26,10 @@ from triton import knobs
 from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
 
 try:  # 3.6 to 3.9; an older Triton compiles one kernel at a time (compile_together does nothing)
-    from triton.runtime._async_compile import AsyncCompileMode
+    from triton.runtime._async_compile import AsyncCompileMode, FutureKernel
     from triton.runtime._async_compile import active_mode as _async_mode
 except ImportError:
-    AsyncCompileMode = _async_mode = None
+    AsyncCompileMode = FutureKernel = _async_mode = None
 
 __all__ = [
     "OutOfResources",
@@ -279,7 +279,7 @@ def shared_sizes(kernel, configs, args, constexprs):
     Triton's cache lacks is compiled side by side (under the caller's AsyncCompileMode when one is
     active, compile_together's, else under one of its own).
     3.6 to 3.9: JITFunction.warmup returns the CompiledKernel, or under an active AsyncCompileMode a
-    FutureKernel, whose attributes wait for the compile (and raise if it failed); modes do not nest."""
+    FutureKernel, whose result() waits for the compile (and raises if it failed); modes do not nest."""
     fn = jit_function(kernel)
     meta = {k: v for k, v in constexprs.items() if k != "grid"}  # Autotuner.warmup passes its grid through
 
@@ -293,7 +293,7 @@ def shared_sizes(kernel, configs, args, constexprs):
         sizes = {c: float("inf") for c in configs}
         for c, compiled in started.items():
             try:
-                sizes[c] = shared_memory(compiled)
+                sizes[c] = shared_memory(compiled.result() if isinstance(compiled, FutureKernel) else compiled)
             except Exception:  # noqa: BLE001
                 pass
         return sizes
