@@ -437,15 +437,18 @@ def large_table(gpu_dir):
     steps = (*FIRST, "second call")
     body = []
     for part, scenario in dict.fromkeys((r["part"], r["scenario"]) for r in rows):
-        label = "on a few sequences (launch.tune)" if scenario == ONE else "on the whole input"
+        label = "on its leading sequences (launch.tune)" if scenario == ONE else "on the whole input"
         cells = [by.get((part, scenario, s)) for s in steps]
         body.append([part, label, *(_seconds(c and c["seconds"]) for c in cells)])
         body[-1].append(sum(c["configs"] or 0 for c in cells if c))
+    from common.launch import TUNE_SCORES
+
     lead, n, d = SHAPES["large"]
+    few = max(1, TUNE_SCORES // (n * n))
     caption = (
         f"Seconds in a fresh process with an empty Triton cache, bf16, causal, inputs of shape {(*lead, n, d)}: the "
-        "autotuners time their configurations on the leading sequences alone (as every call does now), or on all "
-        "of it (launch.TUNE_SCORES off). Configurations timed: over the three calls."
+        f"autotuners time their configurations on the leading {few} of its {lead[0] * lead[1]} sequences (as every "
+        "call does now), or on all of it (launch.TUNE_SCORES off). Configurations timed: over the three calls."
     )
     head = ["part", "autotuners timed", *steps, "configurations timed"]
     table = markdown_table(head, body, "llrrrr")
