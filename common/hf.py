@@ -11,9 +11,10 @@ function each attention layer calls, and in AttentionMaskInterface for the funct
 mask the model hands that layer. register() puts one entry in each, under one name.
 
 The attention function takes what a model passes: q, k and v as (batch, heads, seq, D), possibly
-fewer key/value heads than query heads (grouped-query attention: each key/value head is repeated
-for its group of query heads, as transformers' repeat_kv does, and autograd adds the group's
-gradients back), the scale, the causal flag (the `is_causal` keyword if the model gives one,
+fewer key/value heads than query heads (grouped-query attention: part 5's kernels read each
+group's key/value head themselves, GROUPED_HEADS; for the other parts each key/value head is
+repeated for its group of query heads, as transformers' repeat_kv does, and autograd adds the
+group's gradients back), the scale, the causal flag (the `is_causal` keyword if the model gives one,
 otherwise the module's `is_causal`), and the dropout probability. It returns what
 transformers' SDPA attention returns: the output as (batch, seq, heads, D), contiguous, and None
 for the attention weights, which are never formed. In eager mode it calls the part's
@@ -106,6 +107,7 @@ def _refuse(name, what, way_out=WAY_OUT):
 def attention_function(part, name):
     """The function transformers calls in each attention layer, running part `part`."""
     module = parts.load(part)
+    grouped = getattr(module, "GROUPED_HEADS", False)  # its kernels read each group's key/value head
 
     def attention(m, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         if attention_mask is not None:
@@ -135,10 +137,11 @@ def attention_function(part, name):
         if causal and n_q != n_k:
             _refuse(name, f"causal attention with {n_q} query and {n_k} key positions ({CHUNKED})", WAY_OUT_CACHE)
         heads, kv_heads = query.shape[1], key.shape[1]
-        if heads != kv_heads:  # grouped-query attention: transformers' repeat_kv
+        if heads != kv_heads:  # grouped-query attention
             if heads % kv_heads:
                 raise ValueError(f"{name}: {heads} query heads cannot share {kv_heads} key/value heads evenly")
-            key, value = (_repeat_kv(t, heads // kv_heads) for t in (key, value))
+            if not grouped:  # transformers' repeat_kv, for a part whose kernels take one per query head
+                key, value = (_repeat_kv(t, heads // kv_heads) for t in (key, value))
         if torch.compiler.is_compiling():
             out = module.flash_attention(query, key, value, causal)
         else:

@@ -133,8 +133,9 @@ def tune(kernel, grid, args, constexprs, key=None):
     backward). Large: more than TUNE_SCORES scores (sequences x N_QUERIES x N_KEYS); the leading m
     sequences hold about that many, at least one (a sequence of 64k queries is hundreds of programs:
     the GPU stays full). Every tensor argument of the first one's leading length is cut to m
-    (outputs too: the real launch writes them after), N_SEQS is set to m, and the grid's sequence
-    axis (the second; or the first, query tiles x sequences) scaled to m. run() calls it; a caller
+    (outputs too: the real launch writes them after; key/value tensors of grouped heads are shorter
+    and stay whole), N_SEQS is set to m (whole groups of Q_PER_KV), and the grid's sequence axis
+    (the second; or the first, tiles x sequences) scaled by m / n. run() calls it; a caller
     that launches by other means calls it itself. Not for a kernel whose autotuner resets or restores
     arguments (one that accumulates into its outputs)."""
     if runtime.INTERPRET or not isinstance(kernel, triton.runtime.Autotuner) or len(kernel.configs) < 2:
@@ -151,7 +152,10 @@ def tune(kernel, grid, args, constexprs, key=None):
     n, scores = tensors[0].shape[0], values["N_QUERIES"] * values["N_KEYS"]
     if n * scores <= TUNE_SCORES:
         return
-    m = max(1, int(TUNE_SCORES // scores))
+    group = values.get("Q_PER_KV", 1)  # grouped heads: whole groups of query sequences
+    m = -(-max(1, int(TUNE_SCORES // scores)) // group) * group
+    if m >= n:
+        return
     cut = [a[:m] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == n else a for a in args]
     if "N_SEQS" in values:
         cut[names.index("N_SEQS")] = m
@@ -159,7 +163,7 @@ def tune(kernel, grid, args, constexprs, key=None):
     def fewer(meta):
         g = grid(meta)
         g = tuple(g) if isinstance(g, (tuple, list)) else (g,)
-        return (g[0], m, *g[2:]) if len(g) > 1 else (g[0] // n * m,)
+        return (g[0], m, *g[2:]) if len(g) > 1 else (g[0] * m // n,)
 
     kernel[fewer](*cut, **constexprs)
 

@@ -116,7 +116,8 @@ def custom_op(flash_attention):
 
     The op is built from `flash_forward` and `flash_backward` in the module that defines
     `flash_attention`. Inputs are checked as FlashAttention.forward checks them: a part whose
-    module imports triton launches Triton kernels (check_inputs(..., triton=True)).
+    module imports triton launches Triton kernels (check_inputs(..., triton=True)); one that sets
+    GROUPED_HEADS takes k and v with fewer heads than q (check_inputs(..., grouped=True)).
     """
     module = flash_attention.__globals__
     ns = namespace(flash_attention.__module__)
@@ -125,10 +126,11 @@ def custom_op(flash_attention):
         _OPS[ns] = _register(ns)
     op = getattr(torch.ops, ns).flash_forward.default
     launches_triton = "triton" in module
+    grouped = module.get("GROUPED_HEADS", False)  # the part takes k and v with fewer heads than q
 
     @functools.wraps(flash_attention)
     def checked(q, k, v, is_causal=False):
-        check_inputs(q, k, v, is_causal, triton=launches_triton)
+        check_inputs(q, k, v, is_causal, triton=launches_triton, grouped=grouped)
         return op(q, k, v, is_causal)[0]
 
     return checked

@@ -16,12 +16,16 @@ import torch
 def attention_reference(q, k, v, is_causal=False, dtype=torch.float64):
     """Materialised attention computed in `dtype`. Returns (O, L).
 
-    q: (..., N_q, D); k, v: (..., N_k, D). O has shape (..., N_q, D) in `dtype`;
+    q: (..., N_q, D); k, v: (..., N_k, D), or (..., H_kv, N_k, D) with q's H a multiple of H_kv
+    (grouped heads; the gradients sum over each group). O has shape (..., N_q, D) in `dtype`;
     L has shape (..., N_q): the natural-log logsumexp of each row of scaled scores, in
     float32 or float64 (never lower: L is a statistic the backward reuses).
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     q, k, v = (t.to(dtype) for t in (q, k, v))
+    if q.dim() > 3 and k.shape[-3] != q.shape[-3]:  # grouped heads: query head h reads key/value head h // group
+        group = q.shape[-3] // k.shape[-3]
+        k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))
     s = (q @ k.transpose(-2, -1)) * scale  # (..., N_q, N_k)
     if is_causal:
         n_q, n_k = s.shape[-2:]

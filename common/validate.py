@@ -23,11 +23,13 @@ def _tensor(name, t):
         )
 
 
-def check_inputs(q, k, v, is_causal, triton=False):
+def check_inputs(q, k, v, is_causal, triton=False, grouped=False):
     """Raise TypeError/ValueError, naming the argument, for anything the kernels do not support.
 
     triton: the part launches Triton kernels. Compiled, they need CUDA tensors; under Triton's
     interpreter (TRITON_INTERPRET=1, no GPU) they run on CPU tensors, but not in bfloat16 (below).
+    grouped: the part takes k and v with fewer heads than q (grouped-query attention): 4-D or more,
+    (..., H, N, D) against (..., H_kv, N, D), H a multiple of H_kv.
     A good call costs a microsecond or two here: every check reads what it needs once.
     """
     _tensor("q", q)
@@ -62,10 +64,20 @@ def check_inputs(q, k, v, is_causal, triton=False):
         raise ValueError(f"head dim D={d} is not supported; D must be one of {SUPPORTED_D}")
     lead = q_shape[:-2]
     for name, shape in (("k", k_shape), ("v", v_shape)):
-        if shape[:-2] != lead:
-            raise ValueError(
-                f"{name} has leading (batch/head) dims {tuple(shape[:-2])} but q has {tuple(lead)}; they must match"
-            )
+        if shape[:-2] == lead:
+            continue
+        if grouped and len(shape) == len(q_shape) > 3 and shape[:-3] == q_shape[:-3]:
+            if q_shape[-3] % shape[-3]:
+                raise ValueError(
+                    f"{name} has {shape[-3]} heads and q {q_shape[-3]}: grouped heads need q's a multiple of {name}'s"
+                )
+            continue
+        also = "" if grouped else " (part 5 takes k and v with fewer heads than q: grouped-query attention)"
+        raise ValueError(
+            f"{name} has leading (batch/head) dims {tuple(shape[:-2])} but q has {tuple(lead)}; they must match" + also
+        )
+    if v_shape[:-2] != k_shape[:-2]:
+        raise ValueError(f"v has leading (batch/head) dims {tuple(v_shape[:-2])} but k has {tuple(k_shape[:-2])}")
     if v_shape[-2] != k_shape[-2]:
         raise ValueError(f"k and v must have the same sequence length; got k {k_shape[-2]}, v {v_shape[-2]}")
     if q_shape[-2] == 0 or k_shape[-2] == 0:

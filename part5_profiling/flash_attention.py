@@ -15,7 +15,9 @@ written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
   shapes fix is worked out once per call signature: the forward's plan (_plan), the Gluon
   backward's (gluon_backward.Plan).
 
-The kernels below are part 4's, unchanged. The studies behind each choice are in tools/.
+The kernels below are part 4's, with grouped key/value heads (Q_PER_KV) added: the forward and
+dQ kernels read key/value sequence bh // Q_PER_KV, and a dK/dV program walks its group's query
+sequences. The studies behind each choice are in tools/.
 
 Run:  make test PART=5   |   make bench PART=5   |   make profile PART=5 (GPU)
 """
@@ -112,16 +114,17 @@ def _attn_fwd_inner(
 @triton.autotune(
     configs=CONFIGS, key=["D", "IS_CAUSAL", "N_BUCKET"], prune_configs_by={"early_config_prune": fits_in_smem}
 )
-@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
+@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "Q_PER_KV", "N_BUCKET"])
 def _attn_fwd(
     Q,  # (BH, N_q, D), contiguous: one row of tiles per (batch, head) sequence
-    K,  # (BH, N_k, D)
-    V,  # (BH, N_k, D)
+    K,  # (B * H_kv, N_k, D): grouped heads, H_kv dividing H (H_kv = H without them)
+    V,  # (B * H_kv, N_k, D)
     O,  # (BH, N_q, D), written
     L,  # (BH, N_q) float32, written: logsumexp of each row of S
     N_QUERIES,
     N_KEYS,
     N_SEQS,  # BH
+    Q_PER_KV,  # H / H_kv: query sequence bh reads key/value sequence bh // Q_PER_KV
     N_BUCKET,
     scale,  # 1 / sqrt(D)
     D: tl.constexpr,
@@ -147,9 +150,10 @@ def _attn_fwd(
         bh = (pid // tl.cdiv(N_QUERIES, BLOCK_M)).to(tl.int64)
 
     # One descriptor per sequence: rows past N_QUERIES / N_KEYS load as zeros and are not stored.
+    kv = bh // Q_PER_KV  # the key/value sequence of this query sequence's group
     q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
-    k_desc = tl.make_tensor_descriptor(K + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    v_desc = tl.make_tensor_descriptor(V + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    k_desc = tl.make_tensor_descriptor(K + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    v_desc = tl.make_tensor_descriptor(V + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
     o_desc = tl.make_tensor_descriptor(O + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
 
     q_start = tile_m * BLOCK_M
@@ -185,6 +189,7 @@ def _attn_fwd(
 # The Gluon kernels (gluon_attention.py, gluon_backward.py) take every call they support; False: part 4's
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
+GROUPED_HEADS = True  # K and V may have fewer heads than Q, a divisor of its (common.hf passes them as they are)
 _launch_fwd = fast_launch.Launch(_attn_fwd)
 _launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}
@@ -215,6 +220,7 @@ _MAX_PLANS = 4096  # shapes seen; past this many (lengths that keep changing), s
 def _plan(Q, K, is_causal, gluon):
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     n_seqs = math.prod(Q.shape[:-2])
+    q_per_kv = n_seqs // math.prod(K.shape[:-2])  # grouped heads: query heads per key/value head
     scale = d**-0.5
     if gluon and gluon_attention.supported(Q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
         n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device)
@@ -223,12 +229,12 @@ def _plan(Q, K, is_causal, gluon):
         meta = gluon_attention.constexprs(d, is_causal)
         group = gluon_attention.group_size(n_seqs, n_q, d, is_causal)  # the causal order's sequences side by side
         label = "gluon {WARPGROUPS}x{ROWS}x{BLOCK_N} s{STAGES}".format(**meta)  # as the benchmark names it
-        return True, key, grid, (n_q, n_k, n_seqs, group, scale), meta, label
+        return True, key, grid, (n_q, n_k, n_seqs, group, q_per_kv, scale), meta, label
     grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = launch.n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     key = (Q.device, Q.dtype, d, is_causal, bucket)
-    return False, key, grid, (n_q, n_k, n_seqs, bucket, scale), meta, None
+    return False, key, grid, (n_q, n_k, n_seqs, q_per_kv, bucket, scale), meta, None
 
 
 @library.traceable
@@ -375,27 +381,26 @@ def _attn_bwd_dkdv_inner(
     key=["D", "IS_CAUSAL", "N_BUCKET"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_M")},
 )
-@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
+@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "Q_PER_KV", "N_BUCKET"])
 def _attn_bwd_dkdv(
-    Q, K, V, DO, L, DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (BH, N_k, D); L, D_i (BH, N_q) float32
+    Q, K, V, DO, L, DELTA,  # inputs: Q, dO (BH, N_q, D); K, V (B * H_kv, N_k, D); L, D_i (BH, N_q) float32
     DK, DV,  # written: dK, dV like K
-    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
+    N_QUERIES, N_KEYS, N_SEQS, Q_PER_KV, N_BUCKET, scale,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
     # Causal, the first key tiles are seen by the most queries: program order = key tile order
-    # puts the longest programs first, as the forward does with its last query tiles.
+    # puts the longest programs first, as the forward does with its last query tiles. One program
+    # per key tile of a key/value sequence kv: it walks the query tiles of each of the Q_PER_KV
+    # query sequences that read it (grouped heads), so dK_j and dV_j sum over the whole group.
+    n_kv = N_SEQS // Q_PER_KV
     pid = tl.program_id(0)
-    tile_n = pid // N_SEQS
-    bh = (pid % N_SEQS).to(tl.int64)
-    q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
-    do_desc = tl.make_tensor_descriptor(DO + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
-    k_desc = tl.make_tensor_descriptor(K + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    v_desc = tl.make_tensor_descriptor(V + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    dk_desc = tl.make_tensor_descriptor(DK + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    dv_desc = tl.make_tensor_descriptor(DV + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    L += bh * N_QUERIES
-    DELTA += bh * N_QUERIES
+    tile_n = pid // n_kv
+    kv = (pid % n_kv).to(tl.int64)
+    k_desc = tl.make_tensor_descriptor(K + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    v_desc = tl.make_tensor_descriptor(V + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    dk_desc = tl.make_tensor_descriptor(DK + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    dv_desc = tl.make_tensor_descriptor(DV + kv * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
 
     k_start = tile_n * BLOCK_N
     k_pos = k_start + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
@@ -415,10 +420,15 @@ def _attn_bwd_dkdv(
     else:
         lo = 0
         masked_hi = 0
-    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, L, DELTA, lo, masked_hi,  # the diagonal's
-                                  N_QUERIES, qk_scale, BLOCK_M, True, DOT_PRECISION)  # fmt: skip
-    dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, L, DELTA, tl.maximum(masked_hi, lo),
-                                  N_QUERIES, N_QUERIES, qk_scale, BLOCK_M, False, DOT_PRECISION)  # fmt: skip
+    for g in range(Q_PER_KV):  # the query sequences of the group
+        bh = kv * Q_PER_KV + g
+        q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
+        do_desc = tl.make_tensor_descriptor(DO + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
+        l_g, delta_g = L + bh * N_QUERIES, DELTA + bh * N_QUERIES
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, l_g, delta_g, lo, masked_hi,  # diagonal
+                                      N_QUERIES, qk_scale, BLOCK_M, True, DOT_PRECISION)  # fmt: skip
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, l_g, delta_g, tl.maximum(masked_hi, lo),
+                                      N_QUERIES, N_QUERIES, qk_scale, BLOCK_M, False, DOT_PRECISION)  # fmt: skip
     dk_desc.store([k_start, 0], (dk * scale).to(k.dtype))  # dK_j = scale * sum_i dS_ij^T Q_i
     dv_desc.store([k_start, 0], dv.to(v.dtype))
 
@@ -452,11 +462,11 @@ def _attn_bwd_dq_inner(
     key=["D", "IS_CAUSAL", "N_BUCKET"],
     prune_configs_by={"early_config_prune": bwd_fits_in_smem("BLOCK_N")},
 )
-@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "N_BUCKET"])
+@triton.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "Q_PER_KV", "N_BUCKET"])
 def _attn_bwd_dq(
     Q, K, V, DO, L, DELTA,
     DQ,  # DQ like Q, written
-    N_QUERIES, N_KEYS, N_SEQS, N_BUCKET, scale,
+    N_QUERIES, N_KEYS, N_SEQS, Q_PER_KV, N_BUCKET, scale,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -466,8 +476,8 @@ def _attn_bwd_dq(
     q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
     do_desc = tl.make_tensor_descriptor(DO + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
     dq_desc = tl.make_tensor_descriptor(DQ + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
-    k_desc = tl.make_tensor_descriptor(K + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
-    v_desc = tl.make_tensor_descriptor(V + bh * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    k_desc = tl.make_tensor_descriptor(K + bh // Q_PER_KV * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
+    v_desc = tl.make_tensor_descriptor(V + bh // Q_PER_KV * N_KEYS * D, [N_KEYS, D], [D, 1], [BLOCK_N, D])
 
     q_start = tile_m * BLOCK_M
     q_pos = q_start + tl.arange(0, BLOCK_M)
@@ -510,7 +520,15 @@ _bwd_plans = {}
 
 
 def _gluon_backward(Q, K, V, O, L, dO, is_causal):
-    """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches."""
+    """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches. Grouped heads:
+    the kernel takes one key/value head per query head, so K and V are repeated for their group and
+    dK, dV summed over it (in float32) after; its one-pass loop does not walk a group yet."""
+    if K.shape != Q.shape[:-2] + K.shape[-2:]:
+        group = Q.shape[-3] // K.shape[-3]
+        k, v = (t.repeat_interleave(group, dim=-3) for t in (K, V))
+        dq, dk, dv = _gluon_backward(Q, k, v, O, L, dO, is_causal)
+        dk, dv = (t.unflatten(-3, (-1, group)).sum(-3, dtype=torch.float32).to(t.dtype) for t in (dk, dv))
+        return dq, dk, dv
     q, k, v, o, do = _flat(Q), _flat(K), _flat(V), _flat(O), _flat(dO)  # copies only if strided
     lse = L.contiguous()
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
@@ -557,15 +575,15 @@ def flash_backward(Q, K, V, O, L, dO, is_causal):
     _last_backward["label"] = "tl"
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     q, k, v, o, do = launch.sequences(Q, K, V, O, dO)
-    n_seqs = q.shape[0]
+    n_seqs, n_kv = q.shape[0], k.shape[0]
     lse = L.reshape(n_seqs, n_q).contiguous()
     delta = torch.empty_like(lse)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    args = (n_q, n_k, n_seqs, launch.n_bucket(n_q, n_k), d**-0.5)
+    args = (n_q, n_k, n_seqs, n_seqs // n_kv, launch.n_bucket(n_q, n_k), d**-0.5)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
     programs = lambda _: triton.cdiv(n_q, 64) * n_seqs  # noqa: E731
     launch.run(_attn_bwd_preprocess, programs, o, do, delta, n_q, n_seqs, D=d, BLOCK_M=64, via=_launch_preprocess)
-    programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_seqs  # noqa: E731
+    programs = lambda blocks: triton.cdiv(n_k, blocks["BLOCK_N"]) * n_kv  # noqa: E731  (per key/value sequence)
     launch.run(_attn_bwd_dkdv, programs, q, k, v, do, lse, delta, dk, dv, *args, via=_launch_dkdv, **meta)
     programs = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731
     launch.run(_attn_bwd_dq, programs, q, k, v, do, lse, delta, dq, *args, via=_launch_dq, **meta)
@@ -575,7 +593,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal):
 class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
-        check_inputs(Q, K, V, is_causal, triton=True)
+        check_inputs(Q, K, V, is_causal, triton=True, grouped=GROUPED_HEADS)
         if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
             launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)

@@ -25,6 +25,8 @@ time (steps/, make diff PART=5 STEP=fwd1, STEP=fwd2, ...), and each step adds it
   ping-pong): warpgroup w waits on an mbarrier that the warpgroup before it arrives on once it has
   issued its own, so the products reach the tensor cores in a fixed order while the other
   warpgroups compute their exponentials.
+- fwd8: grouped key/value heads (grouped-query attention): K and V hold N_SEQS / Q_PER_KV sequences,
+  and the loader reads query sequence bh's keys and values from sequence bh // Q_PER_KV.
 
 GPU only (sm_90): Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a
 Hopper GPU here and keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs,
@@ -102,7 +104,7 @@ if HAVE_GLUON:
         return idx, bh, q_start, gl.cdiv(hi, BLOCK_N), unmasked_hi // BLOCK_N
 
     @gluon.jit
-    def _load_tile(descs, bh, q_start, n_tiles, it, done, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr):
+    def _load_tile(descs, bh, kv, q_start, n_tiles, it, done, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr):
         """The loader's part of one query tile: Q (once the warpgroups are done with the last one),
         then K_j and V_j into the ring, each as soon as its buffer is free; it: the ring position
         before the tile, returned after it."""
@@ -122,16 +124,19 @@ if HAVE_GLUON:
             # the first wait on a free buffer (parity 1) does not block
             mbarrier.wait(k_free.index(slot), phase ^ 1)
             mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
-            tma_load(k_desc, [bh, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D]))
+            tma_load(k_desc, [kv, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D]))
             mbarrier.wait(v_free.index(slot), phase ^ 1)
             mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
-            tma_load(v_desc, [bh, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D]))
+            tma_load(v_desc, [kv, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D]))
             it += 1
         return it
 
     @gluon.jit
-    def _load_partition(Q, K, V, sizes, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
-        """One warp: the TMA copies of every query tile the program takes."""
+    def _load_partition(
+        Q, K, V, sizes, Q_PER_KV, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
+    ):
+        """One warp: the TMA copies of every query tile the program takes. Grouped heads: query
+        sequence bh reads key/value sequence bh // Q_PER_KV."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
         WARPGROUPS: gl.constexpr = buffers[0].type.shape[0]
         ROWS: gl.constexpr = buffers[0].type.shape[1]
@@ -139,14 +144,16 @@ if HAVE_GLUON:
         # row (TMA fills zeros there), and one descriptor serves every sequence the program visits.
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
         q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, ROWS, D], layout)
-        k_desc = tma.make_tensor_descriptor(K, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
-        v_desc = tma.make_tensor_descriptor(V, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
+        n_kv = N_SEQS // Q_PER_KV
+        k_desc = tma.make_tensor_descriptor(K, [n_kv, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
+        v_desc = tma.make_tensor_descriptor(V, [n_kv, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
         it = 0  # key tiles loaded so far, over all query tiles: the ring position
         done = 0  # query tiles so far
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(r, sizes, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL)
             if idx < n_tiles_m * N_SEQS:
-                it = _load_tile((q_desc, k_desc, v_desc), bh, q_start, n_tiles, it, done, buffers, D, BLOCK_N)
+                kv = bh // Q_PER_KV
+                it = _load_tile((q_desc, k_desc, v_desc), bh, kv, q_start, n_tiles, it, done, buffers, D, BLOCK_N)
                 done += 1
 
     @gluon.jit
@@ -335,7 +342,7 @@ if HAVE_GLUON:
                 it, turns = _softmax_tile(O, L, qk_scale, work, sizes, buffers, WG, D, IS_CAUSAL, PINGPONG)
                 done += 1
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "Q_PER_KV"])
     def _attn_fwd_gluon(
         Q,
         K,
@@ -346,6 +353,7 @@ if HAVE_GLUON:
         N_KEYS,
         N_SEQS,
         GROUP,
+        Q_PER_KV,
         scale,
         D: gl.constexpr,
         BLOCK_N: gl.constexpr,
@@ -389,7 +397,7 @@ if HAVE_GLUON:
                 [
                     (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
                     (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 1],  # warps: warpgroup 1, the loader
                 [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -400,7 +408,7 @@ if HAVE_GLUON:
                     (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
                     (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
                     (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, buffers, D, BLOCK_N, IS_CAUSAL)),
+                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 4, 1],  # warps: warpgroups 1 and 2, the loader
                 [REGISTERS, REGISTERS, 24],
@@ -434,7 +442,7 @@ def group_size(n_seqs, n_q, d, is_causal):
 
 
 def launch(q, k, v, o, lse, is_causal, config=None, group=None):
-    """O and L of (BH, N, D) contiguous q, k, v into o, lse through Triton's own launch path (part 5's
+    """O and L of (BH, N, D) contiguous q (k, v: (B * H_kv, N_k, D), H_kv dividing H) into o, lse through Triton's own launch path (part 5's
     flash_forward launches the same kernel through its Launch). config: CONFIGS[D] unless given;
     group: the causal order's sequences side by side (group_size's unless given)."""
     n_seqs, n_q, d = q.shape
@@ -443,7 +451,7 @@ def launch(q, k, v, o, lse, is_causal, config=None, group=None):
     group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
     if group < 1:
         raise ValueError(f"group: at least one sequence side by side, got {group}")
-    _attn_fwd_gluon[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, d**-0.5, **meta)
+    _attn_fwd_gluon[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, n_seqs // k.shape[0], d**-0.5, **meta)
 
 
 def constexprs(d, is_causal, config=None):

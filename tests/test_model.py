@@ -133,12 +133,15 @@ def test_the_comparison_sees_a_wrong_head_mapping(monkeypatch):
     assert logits > 100 * TOLERANCE and grad > 100 * TOLERANCE
 
 
-@pytest.mark.only_parts(0, 1)
+@pytest.mark.only_parts(0, 1, 5)
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-def test_attention_function_called_directly(part, causal):
+def test_attention_function_called_directly(part, causal, monkeypatch):
     """The registered function as transformers calls it: (batch, heads, seq, D) in, grouped-query
     K/V, the module's is_causal (or the is_causal keyword, which wins); out (batch, seq, heads, D),
-    contiguous, and None for the weights. Against SDPA with enable_gqa, forward and backward."""
+    contiguous, and None for the weights. Against SDPA with enable_gqa, forward and backward. Part
+    5 takes the grouped K and V as they are (GROUPED_HEADS): nothing repeats them for it."""
+    if part == 5:
+        monkeypatch.setattr(hf, "_repeat_kv", lambda *a: pytest.fail("part 5's K and V were repeated"))
     attention, _ = hf.registered(hf.register(part))
     module = torch.nn.Module()
     module.is_causal = not causal  # the keyword below overrides it

@@ -35,11 +35,12 @@ def test_ladder_rebuilds_the_shipped_kernel(part, ladder, target):
 
 def test_make_diff_shows_each_step_and_lists_them(part):
     out = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5"], cwd=ROOT, capture_output=True, text=True)
-    assert "builds gluon_attention.py in 7 steps" in out.stdout and "builds gluon_backward.py in 6 steps" in out.stdout
+    assert "builds gluon_attention.py in 8 steps" in out.stdout and "builds gluon_backward.py in 6 steps" in out.stdout
     first = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd1"], cwd=ROOT, **TEXT)
     assert first.stdout.startswith("--- /dev/null") and "+def programs(" in first.stdout
     step = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd7"], cwd=ROOT, **TEXT)
-    assert step.stdout == steps.find(part, "fwd7")[0][-1].path.read_text() and "+    def _my_turn(" in step.stdout
+    ladder, at = steps.find(part, "fwd7")
+    assert step.stdout == ladder[at].path.read_text() and "+    def _my_turn(" in step.stdout
     wrong = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd9"], cwd=ROOT, **TEXT)
     assert wrong.returncode == 2 and "its steps: fwd1" in wrong.stdout
 
@@ -62,7 +63,7 @@ def compiled():
 
 def test_every_step_compiles_and_holds_its_idea(part, compiled):
     c = compiled
-    assert len(c) == 2 * 13
+    assert len(c) == 2 * 14
     for (name, _), r in c.items():
         assert r["wgmma"] > 0 and r["smem"] <= 227 * 1024, r
         assert r["partitions"] == (name != "fwd1"), r  # a loader warp from fwd2 on
@@ -79,6 +80,8 @@ def test_every_step_compiles_and_holds_its_idea(part, compiled):
         # fwd6 and bwd6: GROUP, the order's sequences side by side, one more argument
         assert c["fwd6", d]["params"] == c["fwd5", d]["params"] + 1
         assert c["bwd6", d]["params"] == c["bwd5", d]["params"] + 1
+        # fwd8: grouped heads, one more argument (Q_PER_KV), the same products
+        assert c["fwd8", d]["params"] == c["fwd7", d]["params"] + 1 and c["fwd8", d]["wgmma"] == c["fwd7", d]["wgmma"]
         # bwd1: dQ added by TMA, the statistics loaded from global memory; bwd2: they come by TMA
         assert c["bwd1", d]["tma_adds"]["3"] > 0 and c["bwd1", d]["global_loads"] > 0
         assert c["bwd2", d]["global_loads"] == 0 and c["bwd2", d]["tma_loads"]["1"] > 0
