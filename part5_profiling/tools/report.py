@@ -5,6 +5,7 @@
 import re
 import statistics
 
+from common import parts, steps
 from common.report import PANELS, per_shape, yes_no
 from common.results import markdown_table, provenance_line, read_csv, table_block
 from part5_profiling import roofline
@@ -43,7 +44,7 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_NAMES = [f"fwd{i}" for i in range(1, 8)] + [f"bwd{i}" for i in range(1, 7)]
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd6
 
 
 def _ladder(gpu_dir):
