@@ -276,11 +276,11 @@ def table(gpu_dir=None):
             sizes = sorted(-(-r["shared"] // KB) for r in mine if r["fits"])
             span = "" if not sizes else f"{sizes[0]} KB" if sizes[0] == sizes[-1] else f"{sizes[0]}-{sizes[-1]} KB"
             dropped = len(mine) - len(sizes)
-            cells.append("—" if not mine else span + (f" ({dropped} pruned)" if dropped else ""))
+            cells.append("—" if not mine else span + (f" (-{dropped})" if dropped else ""))
         body.append([part, f"`{kernel}`", *cells])
     caption = (
         "Shared memory the compiler allocates for one program, over the configurations each part's pruning keeps "
-        "on that GPU (those that fit; in brackets, how many it drops there), for bf16, fp16 and float32, "
+        "on that GPU (those that fit; (-n): n more that it drops there), for bf16, fp16 and float32, "
         "D = 64 and 128, causal or not; — where a kernel is not built "
         "(part 5's Gluon kernels are written for sm_90; elsewhere part 5 runs part 4's Triton kernels with "
         "grouped heads added). Compiled, not run: none of these GPUs but the H200 timed anything here."
