@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.reference import attention_reference, reference_with_grads
+from common.reference import attention_reference, expand_groups, reference_with_grads
 
 # ---------------------------------------------------------------------------------------------
 # The rule is FlashAttention's own test criterion:
@@ -139,8 +139,8 @@ def check_outputs(out, q, k, v, do, is_causal):
     score_max = 0.0
     if grads:  # see FLOOR_EPS and allowed_error above
         scale["dQ"] = scale["dK"] = scale["dV"] = max(scale["dQ"], scale["dK"], scale["dV"])
-        kx = k if k.shape[:-2] == q.shape[:-2] else k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
-        score_max = _max_abs(q.double() @ kx.double().transpose(-2, -1)) * q.shape[-1] ** -0.5
+        k_heads = expand_groups(q, k)  # grouped heads: one key head per query head
+        score_max = _max_abs(q.double() @ k_heads.double().transpose(-2, -1)) * q.shape[-1] ** -0.5
     report = Report()
     for name in (n for n in names if n in out):
         if out[name].shape != ref[name].shape:

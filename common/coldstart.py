@@ -19,8 +19,9 @@ results/<gpu>/cold_start.csv by KEY, which holds the commit, so two commits stay
 the first bf16 call at N = 4096, the steady state and a first call at N = 8192 (a new N bucket):
 results/<gpu>/part<N>_autotune.csv. --large: per part, bf16 causal at (9, 32, 65536, 128), once as
 launch.tune does it (the autotuners time their configurations on a few sequences) and once timing
-them on the whole input: results/<gpu>/first_call_large.csv. Only the standard library and common.parts are imported at the
-top: a measuring process times `import torch` and the part's import itself.
+them on the whole input: results/<gpu>/first_call_large.csv. Only the standard library and
+common.parts are imported at the top: a measuring process times `import torch` and the part's
+import itself.
 """
 
 import argparse
@@ -282,7 +283,9 @@ def arguments(argv=None, compiled=None):
     args.shape = tuple(args.shape or (("small", "bench") if compiled else ("small",)))
     args.causal = tuple(bool(c) for c in args.causal) if args.causal else (False, True)
     if not compiled and ("bf16" in args.dtype or {"bench", "large"} & set(args.shape) or args.large):
-        ap.error("bf16 and --shape bench need a GPU: the interpreter refuses bf16 and would take hours at N = 4096")
+        ap.error(
+            "bf16, --shape bench and --large need a GPU: the interpreter refuses bf16 and would take hours at N = 4096"
+        )
     if args.parallel < 1 or args.timeout <= 0:
         ap.error("--parallel must be 1 or more and --timeout positive")
     return args

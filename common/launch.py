@@ -13,9 +13,9 @@ run(kernel, grid, *args, **constexprs) is kernel[grid](*args, **constexprs), and
 - the first call of a shape class compiles every configuration the autotuner will time side by
   side (triton_tools.compile_together), not one by one as its timing loop would; later calls find
   them in Triton's cache. On a large input the autotuner then times them on a few of its
-  sequences (tune()), not on all of it. A shape class is what makes Triton compile or tune differently: the
-  kernel, the device, the tensors' dtypes, the constexprs, and for an @triton.autotune kernel the
-  values of its key arguments (N_BUCKET). The kernel's integer arguments are do_not_specialize and
+  sequences (tune()), not on all of it. A shape class is what makes Triton compile or tune
+  differently: the kernel, the device, the tensors' dtypes, the constexprs, and for an
+  @triton.autotune kernel the values of its key arguments (N_BUCKET). The kernel's integer arguments are do_not_specialize and
   its tensors 16-byte aligned (sequences() sees to it), so nothing else changes a binary.
 
 ahead(fn, *args) calls fn(*args) with every run() inside it written down instead of launched, and

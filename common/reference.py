@@ -13,6 +13,14 @@ import math
 import torch
 
 
+def expand_groups(q, t):
+    """t, a key or value tensor, with one head per query head of q: grouped heads (..., H_kv, N, D)
+    repeated so that query head h reads key/value head h // (H / H_kv); t itself when they match."""
+    if q.dim() <= 3 or t.shape[-3] == q.shape[-3]:
+        return t
+    return t.repeat_interleave(q.shape[-3] // t.shape[-3], dim=-3)
+
+
 def attention_reference(q, k, v, is_causal=False, dtype=torch.float64):
     """Materialised attention computed in `dtype`. Returns (O, L).
 
@@ -23,9 +31,7 @@ def attention_reference(q, k, v, is_causal=False, dtype=torch.float64):
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    if q.dim() > 3 and k.shape[-3] != q.shape[-3]:  # grouped heads: query head h reads key/value head h // group
-        group = q.shape[-3] // k.shape[-3]
-        k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))
+    k, v = expand_groups(q, k), expand_groups(q, v)
     s = (q @ k.transpose(-2, -1)) * scale  # (..., N_q, N_k)
     if is_causal:
         n_q, n_k = s.shape[-2:]

@@ -189,7 +189,7 @@ def _attn_fwd(
 # The Gluon kernels (gluon_attention.py, gluon_backward.py) take every call they support; False: part 4's
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
-GROUPED_HEADS = True  # K and V may have fewer heads than Q, a divisor of its (common.hf passes them as they are)
+GROUPED_HEADS = True  # K and V may have H_kv heads, H_kv dividing Q's H (common.hf passes them as they are)
 _launch_fwd = fast_launch.Launch(_attn_fwd)
 _launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}
