@@ -31,7 +31,7 @@ help:
 	@echo "make autotune           part 2's autotune cost, cold and warm (GPU)"
 	@echo "make coldstart [PART=N] first calls of the Triton parts in fresh processes with an empty Triton cache"
 	@echo "make targets [QUICK=1]  every Triton part compiled for sm_80 ... sm_120, checked against their shared memory"
-	@echo "make train-bench        a small Llama's training step with SDPA and parts 4+ (transformers), eager and compiled (GPU)"
+	@echo "make train-bench        a small Llama (transformers) with SDPA and part 5: training steps, eager/compiled/CUDA graphs, and decoding (GPU)"
 	@echo "make results [GPU=...]  every GPU measurement behind the READMEs, then the report from results/<GPU>/"
 	@echo "make lint | clean"
 
@@ -131,6 +131,7 @@ results: $(ENV) test
 	$(PYTHON) -m part5_profiling.tools.gluon_study
 	$(PYTHON) -m part5_profiling.tools.gluon_study --backward
 	$(PYTHON) -m common.train_step
+	$(PYTHON) -m part5_profiling.tools.step_profile
 	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
 
 clean:

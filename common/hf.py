@@ -141,7 +141,7 @@ def attention_function(part, name):
             if heads % kv_heads:
                 raise ValueError(f"{name}: {heads} query heads cannot share {kv_heads} key/value heads evenly")
             if not grouped:  # transformers' repeat_kv, for a part whose kernels take one per query head
-                key, value = (_repeat_kv(t, heads // kv_heads) for t in (key, value))
+                key, value = (repeat_kv(t, heads // kv_heads) for t in (key, value))
         if torch.compiler.is_compiling():
             out = module.flash_attention(query, key, value, causal)
         else:
@@ -152,7 +152,7 @@ def attention_function(part, name):
     return attention
 
 
-def _repeat_kv(t, n_rep):
+def repeat_kv(t, n_rep):
     """(batch, kv_heads, seq, D) -> (batch, kv_heads * n_rep, seq, D), head h reading key/value head h // n_rep."""
     b, h, n, d = t.shape
     return t[:, :, None].expand(b, h, n_rep, n, d).reshape(b, h * n_rep, n, d)
@@ -232,15 +232,16 @@ def register(part, name=None):
     return name
 
 
-def register_sdpa(name="sdpa_unmasked"):
-    """transformers' own SDPA attention under this module's mask function: the mask a part gets (none
-    for a plain causal model without padding) instead of transformers' own, which under
-    torch.compile is always materialised as a (batch, 1, N, N) tensor (while tracing, transformers
-    cannot rule out packed sequences) and keeps SDPA off its mask-less kernels. Eager, the two are
-    the same. What this mask function refuses, use attn_implementation='sdpa' for."""
+def register_sdpa(name="sdpa_unmasked", attention=None):
+    """transformers' own SDPA attention (or `attention`, a function with its signature) under this
+    module's mask function: the mask a part gets (none for a plain causal model without padding)
+    instead of transformers' own, which under torch.compile is always materialised as a (batch, 1,
+    N, N) tensor (while tracing, transformers cannot rule out packed sequences) and keeps SDPA off
+    its mask-less kernels. Eager, the two are the same. What this mask function refuses, use
+    attn_implementation='sdpa' for."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    _register(name, sdpa_attention_forward, mask_function(name))
+    _register(name, attention or sdpa_attention_forward, mask_function(name))
     _registered[name] = None
     return name
 

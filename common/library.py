@@ -36,6 +36,9 @@ from common.validate import check_inputs
 # existing ops at the new functions instead of defining the ops a second time.
 _IMPLS = {}
 _OPS = {}
+# Inductor hands the ops contiguous inputs, copying in kernels of its own that it can fuse with the
+# ones before (a model's rotary embedding), instead of the op copying them (torch 2.7 and later).
+_CONTIGUOUS = tuple(t for t in (getattr(torch.Tag, "needs_contiguous_strides", None),) if t is not None)
 
 
 def namespace(module_name):
@@ -51,7 +54,7 @@ def _register(ns):
     # Outputs are made contiguous: the fake implementations promise contiguous tensors whatever the
     # input strides (part 0's empty_like(Q) would otherwise copy a transposed Q's layout), and a
     # compiled graph relies on that promise. Already contiguous outputs are returned as they are.
-    @torch.library.custom_op(f"{ns}::flash_forward", mutates_args=())
+    @torch.library.custom_op(f"{ns}::flash_forward", mutates_args=(), tags=_CONTIGUOUS)
     def forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, Tensor]:
         O, L = _IMPLS[ns][0](q, k, v, is_causal)
         return O.contiguous(), L.contiguous()
@@ -60,7 +63,7 @@ def _register(ns):
     def _(q, k, v, is_causal):
         return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # O like q, L float32
 
-    @torch.library.custom_op(f"{ns}::flash_backward", mutates_args=())
+    @torch.library.custom_op(f"{ns}::flash_backward", mutates_args=(), tags=_CONTIGUOUS)
     def backward(
         q: Tensor,
         k: Tensor,

@@ -437,6 +437,7 @@ def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice (marker names are global)."""
     tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
+    tables |= {"train-step-summary": train_step.summary, "decode": train_step.decode_table}
     tables["targets"] = targets.table
     tables["first-call-large"] = coldstart.large_table
     tables["progression"] = table_progression
@@ -558,6 +559,7 @@ def main(argv=None):
         print("\n".join(problems), file=sys.stderr)
         return 2
     drawn = draw_bench(gpu_dir) if (gpu_dir / "bench.csv").exists() else []
+    drawn += train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []
     for module in reports:
         drawn += module.draw(gpu_dir) if hasattr(module, "draw") else []
     for module in _part_modules(("figures", "tools.figures")):  # pictures drawn from code: draw() -> files

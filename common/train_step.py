@@ -1,56 +1,62 @@
-"""A training step of a small Llama (Hugging Face transformers) with each attention: SDPA, and every
-Triton part from 4 on through common/hf.py; eager and compiled.
+"""A small Llama (Hugging Face transformers) trained and run the way a user would, with SDPA and with
+the Triton parts through common/hf.py: a training step in three modes, and decoding.
 
-    python -m common.train_step      # a GPU: results/<gpu>/train_step.csv
-    python -m common.train_step --n 1024 --mode eager --part 5
+    python -m common.train_step              # a GPU: results/<gpu>/train_step.csv and decode.csv
+    python -m common.train_step --n 1024 --mode eager --part 4
 
 The model is built from a config in code, its weights random from one seed (nothing is downloaded):
 4 layers, hidden 512, 8 query heads of D = 64 sharing 2 key/value heads, an MLP of intermediate size
 1408 (LLaMA's 8/3 of the hidden size, rounded up to a multiple of 128), a vocabulary of 8192 (small,
 so that the output layer and the loss, which grow with it, leave attention a visible share of the
 step: about a third of its FLOPs at N = 4096), parameters in bf16, AdamW (lr 1e-3, fused) on the
-mean next-token cross-entropy. Batch 8, N = 1024 and 4096, causal.
+mean next-token cross-entropy. Batch 8, N = 1024, 2048 and 4096, causal.
 
 The data, the same for every implementation (one seed per N): each row is a segment of 256 tokens
 drawn with Zipf-like frequencies (p proportional to 1/rank), repeated to fill N. The loss falls as
 the model learns the frequencies, then further if it learns to copy from 256 positions back, which
 is attention's work.
 
-Implementations:
-- sdpa_default: transformers' SDPA attention, on the backend PyTorch picks (the attention column
-  says which ran); sdpa_flash: the same pinned to the flash backend (torch.nn.attention.sdpa_kernel).
-  Both under common/hf.py's mask function, as the parts are (hf.register_sdpa): no mask for this
-  causal model, eager or compiled. Eager, that is transformers' own SDPA path exactly.
-- sdpa_hf_mask (compiled only): transformers' SDPA as it comes. Under torch.compile transformers
-  cannot rule out packed sequences, so it builds a (batch, 1, N, N) mask and SDPA runs with it.
-- part4, part5, ...: each part through common/hf.py (FlashAttention.apply eager; compiled, the
-  torch.library op).
+Implementations, each under common/hf.py's mask function (no mask for this causal model):
+- sdpa_default: transformers' SDPA attention on the backend PyTorch picks (the ran column says
+  which), with SDPA's grouped-query path (enable_gqa: K and V keep their 2 heads);
+- sdpa_repeat: the same with K and V repeated to 8 heads first (transformers' repeat_kv), as it
+  runs where SDPA's grouped-query path is not taken;
+- part5 (by default the last part; --part for others): the part through common/hf.py
+  (FlashAttention.apply eager; compiled, the torch.library op).
 
-Modes: eager, and compiled: torch.compile(model) (Inductor), the optimizer step outside it.
+Modes: eager; compiled: torch.compile(model) (Inductor); cudagraphs: torch.compile(model,
+mode="reduce-overhead"), Inductor's graph replayed as CUDA graphs. The optimizer step runs eagerly.
 
-For each implementation, mode and N: STEPS = 30 steps from the same weights and data, the first
-WARMUP = 5 not timed (the compiled model compiles in its first). step_ms: the median of the other
-25, each timed by CUDA events around forward, backward and the optimizer step, with no
-synchronisation in between (losses are read after the last step). peak_mib:
-torch.cuda.max_memory_allocated over the timed steps (reset after the warm-up). vs_sdpa: SDPA
-default's step time (same mode and N) over this one's (above 1: faster). losses: all 30. loss_diff:
-the largest |loss - SDPA default's loss| over the first 15 steps. check: "ok" if every loss is
-finite and loss_diff is within LOSS_TOLERANCE (below).
+Timing is paired: for each N and mode every implementation's model is built and warmed up
+(WARMUP = 5 steps, the compiled ones compile in their first), then STEPS - WARMUP rounds each time
+one step of every implementation in turn, from the same weights and data. The host's pace moves
+during a run (these steps are bound by the host below N = 4096), and it then moves for all alike.
+step_ms: the median step, each timed by CUDA events around forward, backward and the optimizer step.
+vs_sdpa: the median over rounds of SDPA default's step time over this one's, in the same round (above
+1: faster). step_mib: the most memory a timed step allocated above what was allocated before it
+(activations, gradients; the weights and the optimizer's state, resident, are not counted). losses:
+all STEPS. loss_diff: the largest |loss - SDPA default's loss| over the first 15 steps. check: "ok"
+if every loss is finite and loss_diff is within LOSS_TOLERANCE (below).
+
+Decoding (decode.csv): model.generate, greedy, the same prompt of PROMPT tokens for batch 1 and 8,
+NEW_TOKENS new tokens each (min_new_tokens: no early stop), eagerly, transformers' default dynamic
+cache; tokens_per_s: batch * NEW_TOKENS over the median of ROUNDS timed calls after one warm-up,
+implementations in turn in each round. same_tokens: how many of the first sequence's new tokens
+equal SDPA default's (bf16 rounding may turn a near tie in these random weights another way).
 """
 
-import contextlib
-import functools
 import gc
 import statistics
 import sys
+import time
 
 import torch
 
-from common import hf, impls, parts, results, study
+from common import hf, parts, results, study
 from common.impls import impl_label
 
-SEQ_LENS = (1024, 4096)
-MODES = ("eager", "compiled")
+SEQ_LENS = (1024, 2048, 4096)
+MODES = ("eager", "compiled", "cudagraphs")
 B = 8
 CONFIG = dict(
     num_hidden_layers=4,
@@ -72,36 +78,19 @@ STEPS, WARMUP, COMPARED = 30, 5, 15
 # ln 8192 = 9.0) allows ten times that and nothing a different computation would give.
 LOSS_TOLERANCE = 0.005
 REFERENCE = "sdpa_default"
-HF_MASK = "sdpa_hf_mask"
-FIELDS = [
-    "impl",
-    "mode",
-    "B",
-    "N",
-    "layers",
-    "hidden",
-    "heads",
-    "kv_heads",
-    "D",
-    "vocab",
-    "dtype",
-    "steps",
-    "warmup",
-    "step_ms",
-    "peak_mib",
-    "vs_sdpa",
-    "loss_diff",
-    "attention",
-    "check",
-    "losses",
-    *results.PROVENANCE,
-]
+REPEATED = "sdpa_repeat"
+PROMPT, NEW_TOKENS, DECODE_BATCHES, ROUNDS = 128, 256, (1, 8), 3
+FIELDS = ["impl", "mode", "B", "N", "layers", "hidden", "heads", "kv_heads", "D", "vocab", "dtype", "steps", "warmup",
+          "step_ms", "step_mib", "vs_sdpa", "loss_diff", "attention", "check", "losses", *results.PROVENANCE]  # fmt: skip
 KEY = ("impl", "mode", "N")
+DECODE_FIELDS = ["impl", "B", "prompt", "new_tokens", "tokens_per_s", "vs_sdpa", "same_tokens", "check",
+                 *results.PROVENANCE]  # fmt: skip
+DECODE_KEY = ("impl", "B")
 
 
 def label(impl):
     """How tables and plots name an implementation."""
-    return "SDPA default, transformers' mask" if impl == HF_MASK else impl_label(impl)
+    return "SDPA default, K/V repeated" if impl == REPEATED else impl_label(impl)
 
 
 def batches(n, steps=STEPS, b=B, vocab=CONFIG["vocab_size"], seed=SEED):
@@ -113,90 +102,125 @@ def batches(n, steps=STEPS, b=B, vocab=CONFIG["vocab_size"], seed=SEED):
     return tokens.view(steps, b, segment).repeat(1, 1, -(-n // segment))[..., :n].contiguous()
 
 
-def implementations(part_numbers, mode):
-    """{impl: (attention implementation name, context entered around the run)}: SDPA default first (the reference)."""
-    unmasked = hf.register_sdpa()
-    found = {
-        REFERENCE: (unmasked, contextlib.nullcontext),
-        "sdpa_flash": (unmasked, functools.partial(impls.sdpa_context, "flash")),
-    }
-    if mode == "compiled":
-        found[HF_MASK] = ("sdpa", contextlib.nullcontext)
-    found.update({f"part{p}": (hf.register(p), contextlib.nullcontext) for p in part_numbers})
-    return found
+def sdpa_repeated(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' SDPA attention as it runs without SDPA's grouped-query path: K and V repeated
+    to the query heads (its repeat_kv), then one scaled_dot_product_attention call."""
+    n_rep = query.shape[1] // key.shape[1]
+    key, value = hf.repeat_kv(key, n_rep), hf.repeat_kv(value, n_rep)
+    causal = (
+        query.shape[2] > 1 and attention_mask is None and (is_causal if is_causal is not None else module.is_causal)
+    )
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def implementations(part_numbers):
+    """{impl: the attention implementation's name in transformers}: SDPA default first (the reference)."""
+    found = {REFERENCE: hf.register_sdpa(), REPEATED: hf.register_sdpa("sdpa_repeated", sdpa_repeated)}
+    return found | {f"part{p}": hf.register(p) for p in part_numbers}
 
 
 def step(runner, optimizer, ids):
-    """One training step; returns the loss (a tensor on the GPU: reading it would wait for the step)."""
+    """One training step; returns the loss (a tensor on the GPU: reading it would wait for the step).
+    The loss is cloned: a CUDA graph's output is overwritten by the graph's next replay."""
     loss = runner(input_ids=ids, labels=ids, use_cache=False).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach()
+    return loss.detach().clone()
 
 
-def train(attention, mode, data, what_ran, config=CONFIG, dtype=torch.bfloat16, device="cuda"):
-    """len(data) steps of a fresh model (`config`, weights from SEED, in `dtype` on `device`) attending
-    with `attention`, on data (steps, batch, N). Returns (losses, step times in ms, peak MiB, what
-    ran, from what_ran(the last warm-up step)). Without CUDA (the CPU tests) nothing is timed:
-    times are empty and the peak None."""
-    model = hf.llama(attn_implementation=attention, seed=SEED, **config).to(device, dtype)
-    model.train()
-    with contextlib.ExitStack() as stack:
-        runner = model
-        if mode == "compiled":
-            # A compilation of its own: Inductor's caches are keyed on the graph, not on SDPA's backend
-            # flags, so a run pinned to the flash backend would otherwise reuse SDPA default's compiled
-            # graph and run cuDNN (seen on the H200: the attention column said so).
-            import torch._functorch.config
-            import torch._inductor.config
+def what_ran(impl, fn):
+    """(fn(), what the implementation's attention ran): SDPA's backend read off the profiler, or what
+    the part's last forward launched, as the benchmark names it."""
+    if impl.startswith("part"):
+        return fn(), parts.forward_config(parts.load(int(impl.removeprefix("part"))))
+    from common import impls
 
-            stack.enter_context(torch._inductor.config.patch(fx_graph_cache=False))
-            stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
-            runner = torch.compile(model)
-        return _steps(runner, model, data, what_ran, device)
-
-
-def _steps(runner, model, data, what_ran, device):
-    """train()'s loop: AdamW on model's parameters, a step per batch of data through runner (the model,
-    or it compiled); the warm-up and the timed steps as the module docstring says."""
-    cuda = torch.device(device).type == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda)
-    data = data.to(device)
-    losses, events, ran = [], [], ""
-    for i, ids in enumerate(data):
-        if i == WARMUP - 1:  # the last warm-up step: profiled, to say what ran
-            loss, ran = what_ran(functools.partial(step, runner, optimizer, ids))
-            losses.append(loss)
-            continue
-        if i == WARMUP and cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        if cuda and i >= WARMUP:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            losses.append(step(runner, optimizer, ids))
-            end.record()
-            events.append((start, end))
-        else:
-            losses.append(step(runner, optimizer, ids))
-    if cuda:
-        torch.cuda.synchronize()
-    times = [start.elapsed_time(end) for start, end in events]
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
-    return torch.stack(losses).float().tolist(), times, peak, ran
-
-
-def sdpa_ran(fn):
-    """(fn(), the SDPA backend it ran, read off the profiler): what SDPA default chose."""
     out = []
     ran = impls.dispatched_backend(lambda: out.append(fn()))
     return out[0], ran
 
 
-def part_ran(module):
-    """what_ran for a part: (fn(), what the part's last forward ran, as the benchmark names it)."""
-    return lambda fn: (fn(), parts.forward_config(module))
+class Run:
+    """One implementation's model in one mode: a fresh model (`config`, weights from SEED, `dtype`,
+    `device`) attending with `attention`, AdamW on its parameters; step(ids) runs one training step
+    and keeps its loss, and, on a GPU, its CUDA events and the memory it allocated."""
+
+    def __init__(self, impl, attention, mode, config=CONFIG, dtype=torch.bfloat16, device="cuda"):
+        self.impl, self.mode = impl, mode
+        self.model = hf.llama(attn_implementation=attention, seed=SEED, **config).to(device, dtype)
+        self.model.train()
+        self.cuda = torch.device(device).type == "cuda"
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LR, fused=self.cuda)
+        compile_mode = {"compiled": "default", "cudagraphs": "reduce-overhead"}.get(mode)
+        self.runner = self.model if compile_mode is None else torch.compile(self.model, mode=compile_mode)
+        self.losses, self.events, self.mib, self.ran, self.error = [], [], [], "", None
+
+    def step(self, ids, timed=False, profiled=False):
+        if self.mode == "cudagraphs":
+            torch.compiler.cudagraph_mark_step_begin()
+        one = lambda: step(self.runner, self.optimizer, ids)  # noqa: E731
+        if not (timed and self.cuda):
+            loss, ran = what_ran(self.impl, one) if profiled else (one(), self.ran)
+            self.losses.append(loss)
+            self.ran = ran
+            return
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.losses.append(one())
+        end.record()
+        self.events.append((start, end))
+        self.mib.append((torch.cuda.max_memory_allocated() - before) / 2**20)
+
+
+def paired(impls, mode, data, **where):
+    """{impl: its Run} after len(data) steps of each, as the module docstring says: built and warmed up
+    one after another, then timed in rounds. A Run that fails keeps its error and takes no more steps."""
+    runs = {}
+    for impl, attention in impls.items():
+        try:
+            run = runs[impl] = Run(impl, attention, mode, **where)
+            for i, ids in enumerate(data[:WARMUP]):
+                run.step(ids, profiled=i == WARMUP - 1)  # the last warm-up step says what ran
+        except Exception as e:  # a configuration that fails (the compiler, memory): say why, go on
+            runs.setdefault(impl, Run.__new__(Run)).error = results.why(e)
+    for ids in data[WARMUP:]:
+        for run in runs.values():
+            if run.error is None:
+                try:
+                    run.step(ids, timed=True)
+                except Exception as e:
+                    run.error = results.why(e)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return runs
+
+
+def measured(runs):
+    """Rows (without provenance) from paired()'s runs: times, paired ratios, memory, losses, checks."""
+    times = {i: [s.elapsed_time(e) for s, e in r.events] for i, r in runs.items() if r.error is None and r.events}
+    reference = runs.get(REFERENCE)
+    reference = None if reference is None or reference.error else torch.stack(reference.losses).float().tolist()
+    rows = []
+    for impl, run in runs.items():
+        row = dict(impl=impl, mode=getattr(run, "mode", ""))
+        if run.error is not None:
+            rows.append(dict(row, check=f"error: {run.error}"))
+            continue
+        losses = torch.stack(run.losses).float().tolist()
+        row.update(attention=run.ran, losses=" ".join(f"{x:.5f}" for x in losses), **compare(losses, reference))
+        if impl in times:
+            row.update(step_ms=f"{statistics.median(times[impl]):.3f}", step_mib=f"{max(run.mib):.0f}")
+            if REFERENCE in times:
+                ratios = [a / b for a, b in zip(times[REFERENCE], times[impl])]
+                row["vs_sdpa"] = f"{statistics.median(ratios):.3f}"
+        rows.append(row)
+    return rows
 
 
 def run(part_numbers, seq_lens, modes, save=None):
@@ -214,48 +238,89 @@ def run(part_numbers, seq_lens, modes, save=None):
         warmup=WARMUP,
     )
     for n in seq_lens:
-        data = batches(n)
+        data = batches(n).to("cuda")
         for mode in modes:
-            reference = None
-            group = []
-            for impl, (attention, context) in implementations(part_numbers, mode).items():
-                row = dict(impl=impl, mode=mode, N=n, **shape, **meta)
-                module = parts.load(int(impl.removeprefix("part"))) if impl.startswith("part") else None
-                what_ran = part_ran(module) if module is not None else sdpa_ran
-                try:
-                    with context():
-                        losses, times, peak, ran = train(attention, mode, data, what_ran)
-                    row.update(
-                        step_ms=f"{statistics.median(times):.3f}",
-                        peak_mib=f"{peak:.0f}",
-                        attention=ran,
-                        losses=" ".join(f"{x:.5f}" for x in losses),
-                    )
-                    if impl == REFERENCE:
-                        reference = losses
-                    row.update(compare(losses, reference))
-                except Exception as e:  # a configuration that fails (the compiler, memory): say why, go on
-                    row["check"] = f"error: {results.why(e)}"
-                finally:
-                    gc.collect()
-                    torch.cuda.empty_cache()
-                    torch._dynamo.reset()
-                group.append(row)
+            group = [
+                dict(r, mode=mode, N=n, **shape, **meta)
+                for r in measured(paired(implementations(part_numbers), mode, data))
+            ]
+            for r in group:
                 print(
-                    f"N={n:>5} {mode:<8} {label(impl):<34} {row.get('step_ms') or '-':>9} ms  "
-                    f"{row.get('peak_mib') or '-':>6} MiB  loss diff {row.get('loss_diff') or '-':>8}  "
-                    f"{row.get('attention') or ''}  {row['check'][:40]}",
+                    f"N={n:>5} {mode:<10} {label(r['impl']):<28} {r.get('step_ms') or '-':>8} ms  "
+                    f"x{r.get('vs_sdpa') or '-':<6} {r.get('step_mib') or '-':>6} MiB  "
+                    f"loss diff {r.get('loss_diff') or '-':>8}  {r.get('attention') or ''}  {r['check'][:40]}",
                     flush=True,
                 )
-                if save is not None:
-                    save(rows + group)
-            base = next((float(r["step_ms"]) for r in group if r["impl"] == REFERENCE and r.get("step_ms")), None)
-            for r in group:
-                if base is not None and r.get("step_ms"):
-                    r["vs_sdpa"] = f"{base / float(r['step_ms']):.3f}"
             rows += group
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()
             if save is not None:
                 save(rows)
+    return rows
+
+
+def generate(model, ids):
+    """model.generate's greedy new tokens for ids, NEW_TOKENS of them. The attention mask says no
+    padding (a pad token id alone would make every copy of that token padding)."""
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        pad_token_id=0,
+    )
+    return out[:, ids.shape[1] :]
+
+
+def decode(part_numbers, save=None):
+    """decode.csv's rows: tokens per second of greedy generation, batch 1 and 8, SDPA and each part."""
+    meta, rows = results.provenance(), []
+    impls = {i: a for i, a in implementations(part_numbers).items() if i != REPEATED}
+    for b in DECODE_BATCHES:
+        ids = batches(PROMPT, steps=1, b=b)[0].to("cuda")
+        models, tokens, times, group = {}, {}, {}, []
+        for impl, attention in impls.items():
+            try:
+                models[impl] = hf.llama(attn_implementation=attention, seed=SEED, **CONFIG).to("cuda", torch.bfloat16)
+                models[impl].eval()
+                with torch.no_grad():
+                    tokens[impl] = generate(models[impl], ids)  # the warm-up call
+            except Exception as e:
+                models.pop(impl, None)
+                group.append(dict(impl=impl, B=b, check=f"error: {results.why(e)}"))
+        for _ in range(ROUNDS):
+            for impl, model in models.items():
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    generate(model, ids)
+                torch.cuda.synchronize()
+                times.setdefault(impl, []).append(time.perf_counter() - t0)
+        for impl in models:
+            same = int((tokens[impl][0] == tokens[REFERENCE][0]).cumprod(0).sum()) if REFERENCE in tokens else None
+            ratios = [a / b for a, b in zip(times.get(REFERENCE, []), times[impl])]
+            group.append(
+                dict(
+                    impl=impl,
+                    B=b,
+                    tokens_per_s=f"{b * NEW_TOKENS / statistics.median(times[impl]):.0f}",
+                    vs_sdpa=f"{statistics.median(ratios):.3f}" if ratios else None,
+                    same_tokens=same,
+                    check="ok: generated" if tokens[impl].shape == (b, NEW_TOKENS) else "FAIL: wrong number of tokens",
+                )
+            )
+        for r in group:
+            r.update(prompt=PROMPT, new_tokens=NEW_TOKENS, **meta)
+            print(f"decode B={b} {label(r['impl']):<28} {r.get('tokens_per_s') or '-':>8} tokens/s  "
+                  f"x{r.get('vs_sdpa') or '-':<6} same tokens {r.get('same_tokens')}  {r['check'][:40]}", flush=True)  # fmt: skip
+        rows += group
+        del models
+        gc.collect()
+        torch.cuda.empty_cache()
+        if save is not None:
+            save(rows)
     return rows
 
 
@@ -273,46 +338,113 @@ def compare(losses, reference):
     return dict(loss_diff=f"{diff:.5f}", check=check)
 
 
-def table(gpu_dir):
-    """Per N, mode and implementation: step time, its ratio to SDPA default's, peak memory, the loss difference."""
-    order = [REFERENCE, "sdpa_flash", HF_MASK]
-    rank = lambda impl: (order.index(impl), 0) if impl in order else (len(order), int(impl.removeprefix("part")))  # noqa: E731
-    rows = sorted(
-        results.read_csv(gpu_dir / "train_step.csv"),
-        key=lambda r: (r["N"], list(MODES).index(r["mode"]), rank(r["impl"])),
+def _order(impl):
+    fixed = [REFERENCE, REPEATED]
+    return (fixed.index(impl), 0) if impl in fixed else (len(fixed), int(impl.removeprefix("part")))
+
+
+def _cell(value, form):
+    return "—" if value is None else form.format(value)
+
+
+def _shape(f):
+    return (
+        f"a {f['layers']}-layer Llama: hidden {f['hidden']}, {f['heads']} heads of D = {f['D']} sharing {f['kv_heads']} "
+        f"key/value heads, vocabulary {f['vocab']:,}, {f['dtype']}"
     )
 
-    def cell(value, form):
-        return "—" if value is None else form.format(value)
 
-    body = [[r["N"], r["mode"], label(r["impl"]), r["attention"] or "—", cell(r["step_ms"], "{:.1f}"), cell(r["vs_sdpa"], "{:.2f}x"),
-             cell(r["peak_mib"], "{:,.0f}"), cell(r["loss_diff"], "{:.4f}"), str(r["check"]).split(":")[0]] for r in rows]  # fmt: skip
+def table(gpu_dir):
+    """Per N, mode and implementation: step time, its paired ratio to SDPA default's, memory, the loss difference."""
+    rows = sorted(
+        results.read_csv(gpu_dir / "train_step.csv"), key=lambda r: (r["N"], MODES.index(r["mode"]), _order(r["impl"]))
+    )
+    body = [[r["N"], r["mode"], label(r["impl"]), r["attention"] or "—", _cell(r["step_ms"], "{:.1f}"), _cell(r["vs_sdpa"], "{:.2f}x"),
+             _cell(r["step_mib"], "{:,.0f}"), _cell(r["loss_diff"], "{:.4f}"), str(r["check"]).split(":")[0]] for r in rows]  # fmt: skip
     f = rows[0]
     caption = (
-        f"A training step (forward, backward, AdamW) of a {f['layers']}-layer Llama: hidden {f['hidden']}, {f['heads']} "
-        f"heads of D = {f['D']} sharing {f['kv_heads']} key/value heads, vocabulary {f['vocab']:,}, {f['dtype']}, "
-        f"B={f['B']}, causal. Step time: the median of {f['steps'] - f['warmup']} steps after {f['warmup']} of warm-up; "
-        "peak memory; SDPA default's step time over this one's (above 1: faster); the largest loss difference from "
-        f"SDPA default's in the first {COMPARED} steps (same mode):"
+        f"A training step (forward, backward, AdamW) of {_shape(f)}, B={f['B']}, causal. Step time: the median of "
+        f"{f['steps'] - f['warmup']} steps after {f['warmup']} of warm-up, the implementations taking turns step by step; "
+        "SDPA default's step time over this one's in the same turn, the median (above 1: faster); the memory a step "
+        f"allocates above the resident weights and optimizer state; the largest loss difference from SDPA default's in "
+        f"the first {COMPARED} steps (same mode):"
     )
-    header = ["N", "mode", "attention", "ran", "step ms", "x SDPA default", "peak MiB", "loss diff", "check"]
+    header = ["N", "mode", "attention", "ran", "step ms", "x SDPA default", "step MiB", "loss diff", "check"]
     provenance = results.provenance_line(rows, "python -m common.train_step && make report")
     return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rllrrrrrl")])
 
 
+def decode_table(gpu_dir):
+    """Per batch and implementation: tokens per second generating greedily, against SDPA default's."""
+    rows = sorted(results.read_csv(gpu_dir / "decode.csv"), key=lambda r: (r["B"], _order(r["impl"])))
+    body = [[r["B"], label(r["impl"]), _cell(r["tokens_per_s"], "{:,.0f}"), _cell(r["vs_sdpa"], "{:.2f}x"),
+             _cell(r["same_tokens"], "{}"), str(r["check"]).split(":")[0]] for r in rows]  # fmt: skip
+    f = rows[0]
+    caption = (
+        f"model.generate, greedy, eager, transformers' dynamic cache, the training benchmark's model (random weights): "
+        f"a prompt of {f['prompt']} tokens and {f['new_tokens']} new tokens per sequence; tokens per second over the "
+        "batch (the median of the timed calls, the implementations taking turns), its ratio to SDPA default's, and how "
+        "many of the first sequence's new tokens equal SDPA default's before the first that differs:"
+    )
+    header = ["batch", "attention", "tokens/s", "x SDPA default", "same tokens", "check"]
+    provenance = results.provenance_line(rows, "python -m common.train_step && make report")
+    return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rlrrrl")])
+
+
+def summary(gpu_dir):
+    """The README's table: each part's paired step-time ratio to SDPA default per mode and N."""
+    rows = [r for r in results.read_csv(gpu_dir / "train_step.csv") if r["impl"].startswith("part")]
+    seq_lens = sorted({r["N"] for r in rows})
+    cells = {(r["impl"], r["mode"], r["N"]): r["vs_sdpa"] for r in rows}
+    impls = sorted({r["impl"] for r in rows}, key=_order)
+    body = [[label(i), m, *(_cell(cells.get((i, m, n)), "{:.2f}x") for n in seq_lens)]
+            for i in impls for m in MODES if any((i, m, n) in cells for n in seq_lens)]  # fmt: skip
+    header = ["attention", "mode", *(f"N = {n}" for n in seq_lens)]
+    f = rows[0]
+    caption = (
+        f"SDPA default's step time over the part's, taking turns ({f['layers']}-layer Llama, D = {f['D']}, {f['heads']} "
+        f"heads, {f['kv_heads']} key/value heads, B={f['B']}):"
+    )
+    table = results.markdown_table(header, body, "ll" + "r" * len(seq_lens))
+    return "\n".join(
+        [results.provenance_line(rows, "python -m common.train_step && make report"), "", caption, "", table]
+    )
+
+
+def draw(gpu_dir):
+    """train_step.png: step time against N, a panel per mode, a line per implementation."""
+    from matplotlib.figure import Figure
+
+    rows = [r for r in results.read_csv(gpu_dir / "train_step.csv") if r["step_ms"] is not None]
+    fig = Figure(figsize=(12, 4))
+    axes = fig.subplots(1, len(MODES), sharey=True)
+    for ax, mode in zip(axes, MODES):
+        for impl in sorted({r["impl"] for r in rows}, key=_order):
+            points = sorted((r["N"], r["step_ms"]) for r in rows if r["impl"] == impl and r["mode"] == mode)
+            if points:
+                ax.plot(*zip(*points), marker="o", label=label(impl), ls="--" if impl == REPEATED else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_title(mode)
+        ax.set_xlabel("N (tokens per sequence)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("step time, ms (median)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"A training step of {_shape(rows[0])}, B={rows[0]['B']} — {rows[0]['gpu']}", fontsize=9)
+    fig.tight_layout()
+    path = gpu_dir / "train_step.png"
+    fig.savefig(path, dpi=110)
+    return [path]
+
+
 def main(argv=None):
     extra = [
-        (
-            ("--part",),
-            dict(type=int, action="append", help="part number (repeatable); default: every Triton part from 4 on"),
-        ),
-        (("--mode",), dict(action="append", choices=MODES, help="eager or compiled (repeatable); default both")),
+        (("--part",), dict(type=int, action="append", help="part number (repeatable); default: the last part")),
+        (("--mode",), dict(action="append", choices=MODES, help="(repeatable); default all three")),
+        (("--only",), dict(choices=("train", "decode"), help="the training steps or the decoding only; default both")),
     ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, extra=extra)
     try:
-        numbers = (
-            parts.require(args.part) if args.part else [n for n in parts.available() if n >= 4 and parts.uses_triton(n)]
-        )
+        numbers = parts.require(args.part) if args.part else [max(n for n in parts.available() if parts.uses_triton(n))]
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -321,8 +453,15 @@ def main(argv=None):
     if not hf.available():
         print("The training-step benchmark needs transformers: pip install -e '.[model]'.")
         return 2
-    modes = tuple(args.mode or MODES)
-    return results.write_as_measured("train_step.csv", FIELDS, lambda save: run(numbers, args.n, modes, save), key=KEY)
+    status = 0
+    if args.only != "decode":
+        train = lambda save: run(numbers, args.n, tuple(args.mode or MODES), save)  # noqa: E731
+        status |= results.write_as_measured("train_step.csv", FIELDS, train, key=KEY)
+    if args.only != "train":
+        status |= results.write_as_measured(
+            "decode.csv", DECODE_FIELDS, lambda save: decode(numbers, save), key=DECODE_KEY
+        )
+    return status
 
 
 if __name__ == "__main__":

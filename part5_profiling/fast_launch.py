@@ -28,7 +28,8 @@ class Launch:
     number of programs (one grid axis).
 
     The first call of a key, every call under the interpreter, and every call while a launch hook
-    is set (a profiler's) go through Triton's own path."""
+    is set (a profiler's) go through Triton's own path; so does every call on a Triton whose
+    compiled kernel lacks what the direct launch reads (triton_tools.direct_launcher)."""
 
     def __init__(self, kernel):
         self.kernel = kernel  # a triton.autotune'd kernel or a plain triton.jit (or gluon.jit) one
@@ -37,14 +38,18 @@ class Launch:
 
     def __call__(self, key, grid, *args, **constexprs):
         known = self.known.get(key)
-        if known is None or INTERPRET or triton_tools.launch_hooked():
+        if known is None or known[0] is None or INTERPRET or triton_tools.launch_hooked():
             compiled = self.kernel[lambda meta: (grid(meta),)](*args, **constexprs)
             if not INTERPRET:
                 config = triton_tools.chosen(self.kernel)  # the autotuner's choice for this key
                 blocks = config.kwargs if config is not None else {}
                 every = {**constexprs, **blocks}
                 tail = tuple(every[name] for name in self.names[len(args) :])
-                self.known[key] = (triton_tools.direct_launcher(compiled, tail), config, blocks)
+                try:
+                    direct = triton_tools.direct_launcher(compiled, tail)
+                except AttributeError:  # another Triton's internals: its public path, every call
+                    direct = None
+                self.known[key] = (direct, config, blocks)
             return
         launch, config, blocks = known
         if config is not None:

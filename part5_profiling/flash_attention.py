@@ -202,6 +202,11 @@ def _dot_precision(Q):
     return "ieee" if Q.dtype == torch.float32 else "tf32"
 
 
+def _dense(t):
+    """t where it is contiguous on a 16-byte boundary (what the kernels read), else a contiguous copy."""
+    return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format)
+
+
 def _flat(t):
     """t itself where it already is what the kernels read (contiguous, on a 16-byte boundary): a
     contiguous (..., N, D) tensor is (B*H, N, D) in memory, and a kernel sees only its address.
@@ -522,12 +527,13 @@ _bwd_plans = {}
 def _gluon_backward(Q, K, V, O, L, dO, is_causal):
     """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches. Grouped heads:
     the kernel takes one key/value head per query head, so K and V are repeated for their group and
-    dK, dV summed over it (in float32) after; its one-pass loop does not walk a group yet."""
+    dK, dV summed over it after, as cuDNN does (a program walking its group would make H / H_kv times
+    fewer programs: fewer than the SMs at short N); torch sums bf16 and fp16 in float32, rounding once."""
     if K.shape != Q.shape[:-2] + K.shape[-2:]:
         group = Q.shape[-3] // K.shape[-3]
         k, v = (t.repeat_interleave(group, dim=-3) for t in (K, V))
         dq, dk, dv = _gluon_backward(Q, k, v, O, L, dO, is_causal)
-        dk, dv = (t.unflatten(-3, (-1, group)).sum(-3, dtype=torch.float32).to(t.dtype) for t in (dk, dv))
+        dk, dv = (t.unflatten(-3, (-1, group)).sum(-3) for t in (dk, dv))  # summed in float32, rounded once
         return dq, dk, dv
     q, k, v, o, do = _flat(Q), _flat(K), _flat(V), _flat(O), _flat(dO)  # copies only if strided
     lse = L.contiguous()
@@ -594,6 +600,7 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True, grouped=GROUPED_HEADS)
+        Q, K, V = _dense(Q), _dense(K), _dense(V)  # a model's heads are strided views: copied once, and saved so
         if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
             launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)

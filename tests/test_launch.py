@@ -93,3 +93,26 @@ def test_fast_launch_keeps_the_chosen_config(part5):
     part5.flash_forward(*q128, False)
     part5.flash_forward(*q64, False)  # a known class: the fast path
     assert part5._attn_fwd.best_config is config64
+
+
+def test_a_triton_without_the_direct_launch_keeps_its_own_path(part5, monkeypatch):
+    """Where the compiled kernel lacks what the direct launch reads (another Triton's internals),
+    every call goes through Triton's public path, and computes the same."""
+    from common import triton_tools
+
+    def missing(compiled, tail):
+        raise AttributeError("'CompiledKernel' object has no attribute 'packed_metadata'")
+
+    q, k, v, do = make_inputs(Shape((1, 2), 256, 256, 64), torch.bfloat16, DEVICE, seed=5)
+    expected = _run(part5, q, k, v, do, True)
+    _forget(part5)
+    monkeypatch.setattr(triton_tools, "direct_launcher", missing)
+    try:
+        first, second = _run(part5, q, k, v, do, True), _run(part5, q, k, v, do, True)
+        used = [_forward_launcher(part5, q), *_backward_launchers(part5, part5.backward_label() == "gluon")]
+        assert all(known[0] is None for launch in used for known in launch.known.values())
+    finally:
+        _forget(part5)  # the later tests' classes learn the direct launch again
+    for name, e, a, b in zip(["O", "L", "dQ", "dK", "dV"], expected, first, second):
+        assert_same(name, e, a, "Triton's public path and the fast launch", dq_reordered(part5) and name == "dQ")
+        assert_same(name, a, b, "two calls on Triton's public path", dq_reordered(part5) and name == "dQ")

@@ -124,7 +124,7 @@ def test_the_comparison_sees_a_wrong_head_mapping(monkeypatch):
     """The check above can fail for the right reason: key/value heads tiled (query head h reading
     key/value head h % 2) instead of grouped (h // 2, transformers' repeat_kv) is caught."""
     name = hf.register(0)
-    monkeypatch.setattr(hf, "_repeat_kv", lambda t, n_rep: t.repeat(1, n_rep, 1, 1))
+    monkeypatch.setattr(hf, "repeat_kv", lambda t, n_rep: t.repeat(1, n_rep, 1, 1))
     reference = tiny_llama()
     model = copy.deepcopy(reference)
     model.set_attn_implementation(name)
@@ -141,7 +141,7 @@ def test_attention_function_called_directly(part, causal, monkeypatch):
     contiguous, and None for the weights. Against SDPA with enable_gqa, forward and backward. Part
     5 takes the grouped K and V as they are (GROUPED_HEADS): nothing repeats them for it."""
     if part == 5:
-        monkeypatch.setattr(hf, "_repeat_kv", lambda *a: pytest.fail("part 5's K and V were repeated"))
+        monkeypatch.setattr(hf, "repeat_kv", lambda *a: pytest.fail("part 5's K and V were repeated"))
     attention, _ = hf.registered(hf.register(part))
     module = torch.nn.Module()
     module.is_causal = not causal  # the keyword below overrides it

@@ -5,7 +5,7 @@ synthetic CSV; without a GPU it says so and writes nothing."""
 import pytest
 import torch
 
-from common import hf, parts, runtime, train_step
+from common import hf, runtime, train_step
 from common.results import write_csv
 from tests.helpers import META, TINY_LLAMA
 
@@ -42,21 +42,25 @@ def test_compare_judges_the_losses():
 
 
 @pytest.mark.skipif(not hf.available(), reason="needs transformers (pip install -e '.[model]')")
-def test_training_loop_matches_sdpa_on_cpu():
-    """The benchmark's loop (fresh seeded model, AdamW, the profiled warm-up step) on a tiny float32
-    Llama: part 0 and SDPA through hf.register_sdpa train the same, step for step, within float32
-    rounding (about 5e-7 measured); and the loss falls, so the optimizer steps."""
-    data = train_step.batches(32, steps=train_step.WARMUP + 1, b=2, vocab=TINY["vocab_size"])
-
-    def train(attention, what_ran):
-        return train_step.train(attention, "eager", data, what_ran, config=TINY, dtype=torch.float32, device="cpu")
-
-    sdpa_losses, times, peak, ran = train(hf.register_sdpa(), train_step.sdpa_ran)
-    assert times == [] and peak is None and ran in ("flash", "math", "efficient", "cudnn")
-    losses, _, _, _ = train(hf.register(0), train_step.part_ran(parts.load(0)))
-    assert len(losses) == len(sdpa_losses) == len(data)
-    assert max(abs(a - b) for a, b in zip(losses, sdpa_losses)) < 1e-5
-    assert losses[-1] < losses[0] - 0.1
+def test_paired_runs_train_alike_on_cpu():
+    """The benchmark's loop (fresh seeded models, AdamW, warm-up then steps in turns) on a tiny float32
+    Llama: SDPA with grouped heads, SDPA with K and V repeated, and part 0 train the same, step for
+    step, within float32 rounding (about 5e-7 measured); and the loss falls, so the optimizer steps."""
+    data = train_step.batches(32, steps=train_step.WARMUP + 2, b=2, vocab=TINY["vocab_size"])
+    impls = {
+        train_step.REFERENCE: hf.register_sdpa(),
+        train_step.REPEATED: hf.register_sdpa("sdpa_repeated", train_step.sdpa_repeated),
+        "part0": hf.register(0),
+    }
+    runs = train_step.paired(impls, "eager", data, config=TINY, dtype=torch.float32, device="cpu")
+    rows = {r["impl"]: r for r in train_step.measured(runs)}
+    assert list(rows) == list(impls)
+    assert rows["sdpa_default"]["attention"] in ("flash", "math", "efficient", "cudnn")
+    for impl, row in rows.items():
+        losses = [float(x) for x in row["losses"].split()]
+        assert len(losses) == len(data) and losses[-1] < losses[0] - 0.1
+        assert row["check"].startswith("ok: the first 15 losses within"), (impl, row["check"])
+        assert float(row["loss_diff"]) < 1e-5 and "step_ms" not in row  # nothing timed without a GPU
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
@@ -69,20 +73,17 @@ def test_train_step_says_it_needs_a_gpu_and_writes_nothing(capsys, tmp_path, mon
 
 
 def synthetic_rows():
-    """Two N, both modes; SDPA default, flash, transformers' mask (compiled), part 5 (one error)."""
+    """Two N, three modes; SDPA default, SDPA with K/V repeated, part 5 (and part 4, one error)."""
     shape = dict(B=8, layers=4, hidden=512, heads=8, kv_heads=2, D=64, vocab=8192, dtype="bf16", steps=30, warmup=5)
     losses = [9.0 - 0.1 * i for i in range(30)]
     rows = []
     for n, scale in ((1024, 1.0), (4096, 4.0)):
-        for mode, speed in (("eager", 1.0), ("compiled", 0.8)):
-            impls = [
+        for mode, speed in (("eager", 1.0), ("compiled", 0.8), ("cudagraphs", 0.5)):
+            for impl, ms, diff, ran in (
                 ("sdpa_default", 10.0, 0.0, "cudnn"),
-                ("sdpa_flash", 11.0, 0.004, "flash"),
+                ("sdpa_repeat", 11.0, 0.004, "cudnn"),
                 ("part5", 9.0, 0.006, "gluon"),
-            ]
-            if mode == "compiled":
-                impls.insert(2, ("sdpa_hf_mask", 14.0, 0.002, "efficient"))
-            for impl, ms, diff, ran in impls:
+            ):
                 step_ms = ms * scale * speed
                 rows.append(
                     dict(
@@ -91,7 +92,7 @@ def synthetic_rows():
                         N=n,
                         **shape,
                         step_ms=f"{step_ms:.3f}",
-                        peak_mib=f"{1500 * scale:.0f}",
+                        step_mib=f"{1500 * scale:.0f}",
                         vs_sdpa=f"{10.0 * scale * speed / step_ms:.3f}",
                         loss_diff="" if impl == "sdpa_default" else f"{diff:.5f}",
                         attention=ran,
@@ -104,8 +105,19 @@ def synthetic_rows():
     return rows
 
 
-def test_train_step_table(tmp_path):
-    """The table: rows by N, eager before compiled, SDPA first; times, ratio, memory and loss where they belong."""
+def decode_rows():
+    common = dict(prompt=128, new_tokens=256, check="ok: generated", **META)
+    return [
+        dict(impl="sdpa_default", B=1, tokens_per_s="900", vs_sdpa="1.000", same_tokens=256, **common),
+        dict(impl="part5", B=1, tokens_per_s="720", vs_sdpa="0.800", same_tokens=17, **common),
+        dict(impl="sdpa_default", B=8, tokens_per_s="7000", vs_sdpa="1.000", same_tokens=256, **common),
+        dict(impl="part5", B=8, tokens_per_s="6300", vs_sdpa="0.900", same_tokens=256, **common),
+    ]
+
+
+def test_train_step_tables_and_figure(tmp_path):
+    """The log's tables (rows by N, then mode, SDPA first; decoding by batch) and the README's summary,
+    with times, ratios, memory and losses where they belong; the figure is drawn."""
     write_csv(tmp_path / "train_step.csv", synthetic_rows(), train_step.FIELDS)
     table = train_step.table(tmp_path)
     assert "Test GPU; torch 2.x; Triton 3.x; commit abc1234" in table
@@ -115,18 +127,27 @@ def test_train_step_table(tmp_path):
     assert "median of 25 steps after 5 of warm-up" in table
     assert "| 1024 | eager | SDPA default | cudnn | 10.0 | 1.00x | 1,500 | — | ok |" in table
     assert "| 1024 | eager | part 5 | gluon | 9.0 | 1.11x | 1,500 | 0.0060 | ok |" in table
-    assert (
-        "| 4096 | compiled | SDPA default, transformers' mask | efficient | 44.8 | 0.71x | 6,000 | 0.0020 | ok |"
-        in table
-    )
+    assert "| 4096 | cudagraphs | SDPA default, K/V repeated | cudnn | 22.0 | 0.91x | 6,000 | 0.0040 | ok |" in table
     assert "| 4096 | compiled | part 4 | — | — | — | — | — | error |" in table
     lines = [line for line in table.splitlines() if line.startswith("| 4096 | compiled")]
     assert [line.split(" | ")[2] for line in lines] == [
         "SDPA default",
-        "SDPA flash (FA2)",
-        "SDPA default, transformers' mask",
+        "SDPA default, K/V repeated",
         "part 4",
         "part 5",
     ]
     first = table.index("| 1024 | eager |")
-    assert first < table.index("| 1024 | compiled |") < table.index("| 4096 | eager |")
+    assert first < table.index("| 1024 | compiled |") < table.index("| 1024 | cudagraphs |") < table.index("| 4096 |")
+
+    write_csv(tmp_path / "decode.csv", decode_rows(), train_step.DECODE_FIELDS)
+    decode = train_step.decode_table(tmp_path)
+    assert (
+        "| 1 | part 5 | 720 | 0.80x | 17 | ok |" in decode
+        and "| 8 | SDPA default | 7,000 | 1.00x | 256 | ok |" in decode
+    )
+    summary = train_step.summary(tmp_path)
+    assert "| attention | mode | N = 1024 | N = 4096 |" in summary
+    assert "| part 5 | cudagraphs | 1.11x | 1.11x |" in summary and "| part 4 | compiled | — | — |" in summary
+    assert "SDPA default" not in summary.split("|", 1)[1]  # the parts only: the log's table has SDPA's other path
+    (path,) = train_step.draw(tmp_path)
+    assert path.name == "train_step.png" and path.stat().st_size > 10_000

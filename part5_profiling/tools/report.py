@@ -414,6 +414,30 @@ def table_host_parts(gpu_dir):
     return "\n".join([table, "", caption, "", markdown_table(["piece", "us", "commit"], body, "lrl")])
 
 
+def table_step_profile(gpu_dir):
+    """tools/step_profile.py: where a training step's time goes, SDPA default beside part 5."""
+    rows = sorted(
+        read_csv(gpu_dir / "part5_step_profile.csv"), key=lambda r: (r["N"], r["mode"], r["impl"] != "sdpa_default")
+    )
+    name = {"sdpa_default": "SDPA default"}
+
+    def ms(value):
+        return "—" if value is None else f"{value:.2f}"
+
+    body = [[r["N"], r["mode"], name.get(r["impl"], r["impl"].replace("part", "part ")), ms(r["step_ms"]), ms(r["host_ms"]),
+             ms(r["gpu_ms"]), r["kernels"], ms(r["attn_gpu_ms"]), ms(r["other_gpu_ms"]),
+             ms(r["attn_host_ms"]) if r["mode"] == "eager" else "—"] for r in rows]  # fmt: skip
+    caption = (
+        "The training benchmark's step (common/train_step.py's model, B=8), per step: its time (CUDA events, median of "
+        "10), the host's time to issue it (no synchronisation), then from PyTorch's profiler over 3 steps: the kernels' "
+        "GPU time and count, attention's kernels and the rest, and (eager) the host's time inside the attention calls, "
+        "forward and backward, profiled:"
+    )
+    header = ["N", "mode", "attention", "step ms", "host ms", "GPU ms", "kernels", "attention GPU ms", "other GPU ms",
+              "attention host ms"]  # fmt: skip
+    return _table(rows, "python -m part5_profiling.tools.step_profile", caption, header, body, "llrrrrrrrr")
+
+
 # ------------------------------------------------------------------------------------ the studies
 def _study(gpu_dir, csv, command, caption, first=(), ratio="speedup"):
     """A study's table: one row per shape, one column per candidate or variant (`first` leading)."""
@@ -526,6 +550,7 @@ TABLES = {
     "part5-fa4": table_fa4,
     "part5-launch-cost": table_launch_cost,
     "part5-host-parts": table_host_parts,
+    "part5-step-profile": table_step_profile,
     "part5-candidates": table_candidates,
     "part5-bwd-candidates": table_bwd_candidates,
     "part5-compiled": table_compiled,
