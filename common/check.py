@@ -104,21 +104,23 @@ def compare(name, out, ref, base, dtype, ref_scale, score_max=0.0):
     return Comparison(name, err, allowed_error(dtype, base_err, ref_scale, score_max), finite)
 
 
-def run_part(module, q, k, v, do, is_causal, grads=True):
+def run_part(module, q, k, v, do, is_causal, grads=True, bottom_right=False):
     """Run a part. O and L come from its `flash_forward(Q, K, V, is_causal) -> (O, L)`; with grads,
-    O comes from `FlashAttention.apply` (what a user gets) and dQ, dK, dV from autograd through it."""
-    with torch.no_grad():
-        o, lse = module.flash_forward(q, k, v, is_causal)
+    O comes from `FlashAttention.apply` (what a user gets) and dQ, dK, dV from autograd through it.
+    bottom_right (part 5): the diagonal aligned bottom-right, FlashAttention.apply's fifth argument."""
+    extra = (True,) if bottom_right else ()
+    with torch.no_grad():  # the part's forward takes bottom-right as is_causal=module.BOTTOM_RIGHT
+        o, lse = module.flash_forward(q, k, v, module.BOTTOM_RIGHT if bottom_right else is_causal)
     out = {"O": o, "L": lse}
     if grads:
         leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-        o = module.FlashAttention.apply(*leaves, is_causal)
+        o = module.FlashAttention.apply(*leaves, is_causal, *extra)
         out["O"] = o.detach()
         out["dQ"], out["dK"], out["dV"] = torch.autograd.grad(o, leaves, do)
     return out
 
 
-def check_outputs(out, q, k, v, do, is_causal):
+def check_outputs(out, q, k, v, do, is_causal, bottom_right=False):
     """Compare outputs with the reference: `out` holds O and L (L may be left out only for an
     implementation that does not expose it, such as SDPA) and, for a backward check, dQ, dK, dV.
 
@@ -133,8 +135,9 @@ def check_outputs(out, q, k, v, do, is_causal):
     if "O" not in out or unknown or (grads and not {"dK", "dV"} <= set(out)):
         raise AssertionError(f"outputs to check must be O, L and optionally dQ, dK, dV together; got {sorted(out)}")
     reference = functools.partial(reference_with_grads, do=do) if grads else attention_reference
-    ref, base = (dict(zip(names, reference(q, k, v, is_causal=is_causal, **kw))) for kw in ({}, {"dtype": dtype}))
-    base["L"] = attention_reference(q, k, v, is_causal, dtype=torch.float32)[1]
+    reference = functools.partial(reference, is_causal=is_causal, bottom_right=bottom_right)
+    ref, base = (dict(zip(names, reference(q, k, v, **kw))) for kw in ({}, {"dtype": dtype}))
+    base["L"] = attention_reference(q, k, v, is_causal, dtype=torch.float32, bottom_right=bottom_right)[1]
     scale = {name: _max_abs(ref[name]) for name in ref}
     score_max = 0.0
     if grads:  # see FLOOR_EPS and allowed_error above
@@ -151,12 +154,12 @@ def check_outputs(out, q, k, v, do, is_causal):
     return report
 
 
-def check_part(module, q, k, v, do, is_causal, grads=True):
+def check_part(module, q, k, v, do, is_causal, grads=True, bottom_right=False):
     """Run a part on (q, k, v) and check O, L (and dQ, dK, dV). Returns a Report."""
-    out = run_part(module, q, k, v, do, is_causal, grads=grads)
+    out = run_part(module, q, k, v, do, is_causal, grads=grads, bottom_right=bottom_right)
     if out["O"].dtype != q.dtype:
         raise AssertionError(f"O has dtype {out['O'].dtype}, expected {q.dtype}")
-    return check_outputs(out, q, k, v, do, is_causal)
+    return check_outputs(out, q, k, v, do, is_causal, bottom_right=bottom_right)
 
 
 def check_slices(out, q, k, v, causal, do=None):

@@ -32,7 +32,8 @@ What a part does not compute is refused with `Unsupported` (a ValueError) naming
 out, never answered wrongly: an attention mask (padding, packed sequences, a custom 4-D mask),
 dropout > 0, a sliding window, soft-capping, attention sinks, a scale other than 1/sqrt(D), and
 causal attention of several queries continuing a key/value cache (chunked prefill: transformers
-aligns that mask bottom-right, the parts top-left, as SDPA's is_causal). Everything else about the
+aligns that mask bottom-right, parts 0-4 top-left, as SDPA's is_causal) except with part 5, run
+eagerly (BOTTOM_RIGHT: its FlashAttention.apply(q, k, v, True, True)). Everything else about the
 inputs (dtype, D, devices) is checked by the part itself, as FlashAttention.apply checks it.
 
 Generation works: model.generate() first runs the prompt (N_q = N_k, causal as in training), then
@@ -59,11 +60,12 @@ WAY_OUT = (
 )
 CHUNKED = (
     "queries continuing a cache, as in chunked prefill or a cache larger than its contents, need the diagonal "
-    "aligned bottom-right; the parts align it top-left, as SDPA's is_causal"
+    "aligned bottom-right: part 5 aligns it so, eagerly and against every key before the queries (a dynamic "
+    "cache); the other parts align it top-left, as SDPA's is_causal"
 )
 WAY_OUT_CACHE = (
-    "generate with a dynamic cache (transformers' default: one new query per step is supported), "
-    "prefill the prompt in one call, or use attn_implementation='sdpa'"
+    "generate with a dynamic cache (transformers' default: one new query per step is supported, several with "
+    "part 5 run eagerly), prefill the prompt in one call, or use attn_implementation='sdpa'"
 )
 # Keywords a model may pass to an attention function that change what attention computes; None means "off".
 REFUSED_KEYWORDS = {
@@ -108,6 +110,7 @@ def attention_function(part, name):
     """The function transformers calls in each attention layer, running part `part`."""
     module = parts.load(part)
     grouped = getattr(module, "GROUPED_HEADS", False)  # its kernels read each group's key/value head
+    bottom_right = hasattr(module, "BOTTOM_RIGHT")  # its FlashAttention takes bottom_right (part 5)
 
     def attention(m, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         if attention_mask is not None:
@@ -134,7 +137,8 @@ def attention_function(part, name):
         n_q, n_k = query.shape[-2], key.shape[-2]
         if causal and n_q == 1:  # a decoding step: the one query, last in line, sees every key
             causal = False
-        if causal and n_q != n_k:
+        continued = causal and n_q != n_k  # queries continuing a cache: the diagonal bottom-right
+        if continued and not (bottom_right and n_q < n_k and not torch.compiler.is_compiling()):
             _refuse(name, f"causal attention with {n_q} query and {n_k} key positions ({CHUNKED})", WAY_OUT_CACHE)
         heads, kv_heads = query.shape[1], key.shape[1]
         if heads != kv_heads:  # grouped-query attention
@@ -144,6 +148,8 @@ def attention_function(part, name):
                 key, value = (repeat_kv(t, heads // kv_heads) for t in (key, value))
         if torch.compiler.is_compiling():
             out = module.flash_attention(query, key, value, causal)
+        elif continued:
+            out = module.FlashAttention.apply(query, key, value, True, True)
         else:
             out = module.FlashAttention.apply(query, key, value, causal)
         return out.transpose(1, 2).contiguous(), None
@@ -198,8 +204,10 @@ def _deviation(mask_function):
     return None, base[0] is masking_utils.causal_mask_function
 
 
-def mask_function(name):
-    """The function transformers calls for the mask of a model using `name`: None, or Unsupported."""
+def mask_function(name, bottom_right=False):
+    """The function transformers calls for the mask of a model using `name`: None, or Unsupported.
+    bottom_right: the part aligns a causal diagonal bottom-right, so queries continuing a cache of
+    every key before them (transformers' dynamic cache) need no mask either."""
 
     @torch.compiler.disable  # runs eagerly, on real tensors, also inside a compiled model (module docstring)
     def mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None, attention_mask=None, **_):
@@ -207,8 +215,9 @@ def mask_function(name):
         if what is not None:
             _refuse(name, what)
         q_offset, kv_offset = int(q_offset), int(kv_offset)
-        decoding = q_length == 1 and kv_offset == 0 and kv_length == q_offset + 1  # one query, every key so far
-        if causal and not decoding and (q_length != kv_length or q_offset or kv_offset):
+        continued = kv_offset == 0 and kv_length == q_offset + q_length  # the queries last, every key so far
+        decoding = q_length == 1 and continued  # one query: it sees every key
+        if causal and not (decoding or bottom_right and continued) and (q_length != kv_length or q_offset or kv_offset):
             what = f"{q_length} queries at offset {q_offset}, {kv_length} keys at offset {kv_offset}"
             _refuse(name, f"a causal mask with a key/value cache ({what}: {CHUNKED})", WAY_OUT_CACHE)
         if attention_mask is not None:
@@ -227,7 +236,7 @@ def register(part, name=None):
     the same name again replaces it; a name transformers already uses for its own is refused."""
     parts.require([part])
     name = name or f"fa_part{part}"
-    _register(name, attention_function(part, name), mask_function(name))
+    _register(name, attention_function(part, name), mask_function(name, hasattr(parts.load(part), "BOTTOM_RIGHT")))
     _registered[name] = part
     return name
 

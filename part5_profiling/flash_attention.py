@@ -17,7 +17,9 @@ written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
 
 The kernels below are part 4's, with grouped key/value heads (Q_PER_KV) added: the forward and
 dQ kernels read key/value sequence bh // Q_PER_KV, and a dK/dV program walks its group's query
-sequences. The studies behind each choice are in tools/.
+sequences; and with the causal diagonal aligned bottom-right (IS_CAUSAL == BOTTOM_RIGHT, for
+queries continuing a key/value cache): query i sees keys up to i + N_KEYS - N_QUERIES, the same
+tile split on shifted rows. The studies behind each choice are in tools/.
 
 Run:  make test PART=5   |   make bench PART=5   |   make profile PART=5 (GPU)
 """
@@ -167,17 +169,22 @@ def _attn_fwd(
     # of the tile, and so is every key below N_KEYS when not causal: whole tiles of those need no
     # mask. The rest, up to the last visible key, gets masks: the diagonal tile(s) (several when
     # BLOCK_M > BLOCK_N) and the ragged last key tile. Tiles above the diagonal are never visited.
+    # Bottom-right (IS_CAUSAL == 2): query i sees the keys up to i + N_KEYS - N_QUERIES, as if it
+    # were that far down the keys; the same split, on the shifted rows.
+    shift = 0
+    if IS_CAUSAL == 2:
+        shift = N_KEYS - N_QUERIES
     if IS_CAUSAL:
-        hi = tl.minimum(q_start + BLOCK_M, N_KEYS)
-        unmasked_hi = tl.minimum(q_start, N_KEYS) // BLOCK_N * BLOCK_N
+        hi = tl.minimum(q_start + shift + BLOCK_M, N_KEYS)
+        unmasked_hi = tl.minimum(q_start + shift, N_KEYS) // BLOCK_N * BLOCK_N
     else:
         hi = N_KEYS
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
 
     q = q_desc.load([q_start, 0])  # (BLOCK_M, D), loaded once
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos, 0, unmasked_hi,  # unmasked tiles
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos + shift, 0, unmasked_hi,  # unmasked
                                     N_KEYS, qk_scale, BLOCK_N, False, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos, unmasked_hi, hi,  # then masked
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_desc, v_desc, q_pos + shift, unmasked_hi, hi,  # masked
                                     N_KEYS, qk_scale, BLOCK_N, True, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
 
     o = acc / l_i[:, None]  # the one division
@@ -190,6 +197,10 @@ def _attn_fwd(
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
 GROUPED_HEADS = True  # K and V may have H_kv heads, H_kv dividing Q's H (common.hf passes them as they are)
+# FlashAttention.apply(q, k, v, True, bottom_right=True): the causal diagonal aligned bottom-right, query i
+# seeing keys up to i + N_k - N_q (queries continuing a key/value cache). The kernels get it as IS_CAUSAL = 2;
+# part 4's kernels take it, the Gluon kernels do not (yet).
+BOTTOM_RIGHT = 2
 _launch_fwd = fast_launch.Launch(_attn_fwd)
 _launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon) if gluon_attention.HAVE_GLUON else None
 _last_forward = {"label": None}
@@ -227,7 +238,7 @@ def _plan(Q, K, is_causal, gluon):
     n_seqs = math.prod(Q.shape[:-2])
     q_per_kv = n_seqs // math.prod(K.shape[:-2])  # grouped heads: query heads per key/value head
     scale = d**-0.5
-    if gluon and gluon_attention.supported(Q):  # bf16/fp16, D = 64 or 128, on a Hopper GPU: gluon_attention.py
+    if gluon and is_causal != BOTTOM_RIGHT and gluon_attention.supported(Q):  # 16-bit, D = 64 or 128, Hopper
         n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device)
         grid = lambda _: n_programs  # noqa: E731
         key = (Q.device, Q.dtype, d, is_causal)
@@ -332,7 +343,7 @@ def bwd_fits_in_smem(streamed):
 
     def prune(configs, named_args, **kwargs):
         elem_bytes, d = named_args["Q"].element_size(), kwargs["D"]
-        tile = float32[128 if d > 64 else 64, kwargs["IS_CAUSAL"]]
+        tile = float32[128 if d > 64 else 64, bool(kwargs["IS_CAUSAL"])]
         if elem_bytes == 4 and any(c is tile for c in configs):
             return [tile]
         configs = [c for c in configs if all(c is not t for t in float32.values())] or configs
@@ -419,9 +430,13 @@ def _attn_bwd_dkdv(
     # k_start + BLOCK_N on see all of them (no mask); the tiles in between straddle the diagonal.
     # Not causal: every query sees every key, and the zero-filled rows past N_QUERIES or N_KEYS add
     # nothing to dK_j or dV_j (their dO or their own row is dropped at the store): no mask at all.
+    # Bottom-right (IS_CAUSAL == 2): key j is seen from query j - (N_KEYS - N_QUERIES) on (clamped at 0).
+    shift = 0
+    if IS_CAUSAL == 2:
+        shift = N_KEYS - N_QUERIES
     if IS_CAUSAL:
-        lo = k_start // BLOCK_M * BLOCK_M
-        masked_hi = tl.minimum(tl.cdiv(k_start + BLOCK_N, BLOCK_M) * BLOCK_M, N_QUERIES)
+        lo = tl.maximum(k_start - shift, 0) // BLOCK_M * BLOCK_M
+        masked_hi = tl.minimum(tl.cdiv(tl.maximum(k_start - shift + BLOCK_N, 0), BLOCK_M) * BLOCK_M, N_QUERIES)
     else:
         lo = 0
         masked_hi = 0
@@ -430,8 +445,8 @@ def _attn_bwd_dkdv(
         q_desc = tl.make_tensor_descriptor(Q + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
         do_desc = tl.make_tensor_descriptor(DO + bh * N_QUERIES * D, [N_QUERIES, D], [D, 1], [BLOCK_M, D])
         l_g, delta_g = L + bh * N_QUERIES, DELTA + bh * N_QUERIES
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, l_g, delta_g, lo, masked_hi,  # diagonal
-                                      N_QUERIES, qk_scale, BLOCK_M, True, DOT_PRECISION)  # fmt: skip
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos - shift, q_desc, do_desc, l_g, delta_g, lo,  # diagonal
+                                      masked_hi, N_QUERIES, qk_scale, BLOCK_M, True, DOT_PRECISION)  # fmt: skip
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, k_pos, q_desc, do_desc, l_g, delta_g, tl.maximum(masked_hi, lo),
                                       N_QUERIES, N_QUERIES, qk_scale, BLOCK_M, False, DOT_PRECISION)  # fmt: skip
     dk_desc.store([k_start, 0], (dk * scale).to(k.dtype))  # dK_j = scale * sum_i dS_ij^T Q_i
@@ -495,15 +510,18 @@ def _attn_bwd_dq(
     qk_scale = scale * 1.4426950408889634
 
     # The forward's split: whole tiles every row sees need no mask; the diagonal and ragged tiles do.
+    shift = 0
+    if IS_CAUSAL == 2:  # bottom-right, as in the forward
+        shift = N_KEYS - N_QUERIES
     if IS_CAUSAL:
-        hi = tl.minimum(q_start + BLOCK_M, N_KEYS)
-        unmasked_hi = tl.minimum(q_start, N_KEYS) // BLOCK_N * BLOCK_N
+        hi = tl.minimum(q_start + shift + BLOCK_M, N_KEYS)
+        unmasked_hi = tl.minimum(q_start + shift, N_KEYS) // BLOCK_N * BLOCK_N
     else:
         hi = N_KEYS
         unmasked_hi = N_KEYS // BLOCK_N * BLOCK_N
-    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos, k_desc, v_desc, 0, unmasked_hi,  # unmasked tiles
+    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos + shift, k_desc, v_desc, 0, unmasked_hi,  # unmasked tiles
                             N_KEYS, qk_scale, BLOCK_N, False, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
-    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos, k_desc, v_desc, unmasked_hi, hi,  # then masked
+    dq = _attn_bwd_dq_inner(dq, q, do, l_2, delta, q_pos + shift, k_desc, v_desc, unmasked_hi, hi,  # then masked
                             N_KEYS, qk_scale, BLOCK_N, True, IS_CAUSAL, DOT_PRECISION)  # fmt: skip
     dq_desc.store([q_start, 0], (dq * scale).to(q.dtype))  # dQ_i = scale * sum_j dS_ij K_j
 
@@ -575,7 +593,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal):
     # gluon_backward.py on Hopper (16-bit, D = 64 or 128); its dQ sum's order varies, so not where
     # PyTorch is asked for deterministic algorithms (part 4's kernels give the same bits on every call)
     repeatable = torch.are_deterministic_algorithms_enabled()
-    if GLUON and not repeatable and gluon_backward.supported(Q):
+    if GLUON and not repeatable and is_causal != BOTTOM_RIGHT and gluon_backward.supported(Q):
         _last_backward["label"] = "gluon"
         return _gluon_backward(Q, K, V, O, L, dO, is_causal)
     _last_backward["label"] = "tl"
@@ -596,10 +614,29 @@ def flash_backward(Q, K, V, O, L, dO, is_causal):
     return dq.view(Q.shape), dk.view(K.shape), dv.view(V.shape)
 
 
+def _diagonal(Q, K, is_causal, bottom_right):
+    """What the kernels get for is_causal: False, True (top-left, as SDPA), or BOTTOM_RIGHT."""
+    if bottom_right is not True and bottom_right is not False:
+        raise TypeError(f"bottom_right must be a bool, got {type(bottom_right).__name__}")
+    if bottom_right and not is_causal:
+        raise ValueError("bottom_right=True aligns the causal diagonal: it needs is_causal=True")
+    if not bottom_right or Q.shape[-2] == K.shape[-2]:  # N_q = N_k: both alignments are the same
+        return is_causal
+    if Q.shape[-2] > K.shape[-2]:
+        raise ValueError(
+            f"bottom_right=True with {Q.shape[-2]} queries and {K.shape[-2]} keys: the first rows would see no key "
+            "(bottom-right alignment needs N_q <= N_k)"
+        )
+    if torch.compiler.is_compiling():
+        raise ValueError("bottom_right=True is not supported under torch.compile (run the call eagerly)")
+    return BOTTOM_RIGHT
+
+
 class FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Q, K, V, is_causal=False):
+    def forward(ctx, Q, K, V, is_causal=False, bottom_right=False):
         check_inputs(Q, K, V, is_causal, triton=True, grouped=GROUPED_HEADS)
+        is_causal = _diagonal(Q, K, is_causal, bottom_right)
         Q, K, V = _dense(Q), _dense(K), _dense(V)  # a model's heads are strided views: copied once, and saved so
         if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
             launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
@@ -612,7 +649,7 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx, dO):
         Q, K, V, O, L = ctx.saved_tensors
         dQ, dK, dV = flash_backward(Q, K, V, O, L, dO, ctx.is_causal)
-        return dQ, dK, dV, None
+        return dQ, dK, dV, None, None
 
 
 @library.custom_op

@@ -104,7 +104,7 @@ def test_non_causal_backward_is_not_causal(part, tmp_path):
         part,
         tmp_path,
         "always_causal_dkdv",
-        [("    if IS_CAUSAL:\n        lo = k_start", "    if True:\n        lo = k_start")],
+        [("    if IS_CAUSAL:\n        lo = ", "    if True:\n        lo = ")],
     )
     q, k, v, do = make_inputs(SHAPE, torch.float32, DEVICE, seed=5)
     assert check_part(broken, q, k, v, do, True).ok

@@ -224,7 +224,7 @@ def test_dropout_is_refused_in_training(part):
         (dict(softcap=30.0), r"soft-capping of the scores \(softcap\)"),
         (dict(s_aux=torch.zeros(4)), r"attention sinks"),
         (dict(scaling=0.5), r"scaling=0.5 \(the parts scale the scores by 1/sqrt\(D\) = 0.25\)"),
-        (dict(is_causal=True, n_q=5), "causal attention with 5 query and 24 key positions.*in one call"),
+        (dict(is_causal=True, n_q=30), "causal attention with 30 query and 24 key positions.*in one call"),
     ],
     ids=["sliding-window", "softcap", "sinks", "scaling", "causal-nq-ne-nk"],
 )
@@ -248,11 +248,17 @@ def test_scaling_is_accepted_within_rounding(part):
 
 def test_the_mask_function_takes_decoding_and_refuses_a_continued_cache(part):
     """One new query after the cache (a decoding step) needs no mask; several queries continuing a
-    cache, or a cache larger than its contents (a static cache), need the diagonal bottom-right."""
+    cache need the diagonal bottom-right, which part 5 aligns (BOTTOM_RIGHT); a cache larger than
+    its contents (a static cache) is refused by every part."""
     _, mask = hf.registered(hf.register(part))
     assert mask(batch_size=1, q_length=1, kv_length=9, q_offset=8, kv_offset=0) is None
     assert mask(batch_size=1, q_length=9, kv_length=9) is None
-    for q_length, kv_length, q_offset in ((4, 12, 8), (1, 64, 8)):
+    refused = [(1, 64, 8)]
+    if hasattr(parts.load(part), "BOTTOM_RIGHT"):
+        assert mask(batch_size=1, q_length=4, kv_length=12, q_offset=8, kv_offset=0) is None
+    else:
+        refused.append((4, 12, 8))
+    for q_length, kv_length, q_offset in refused:
         with pytest.raises(UNSUPPORTED, match="a causal mask with a key/value cache.*dynamic cache"):
             mask(batch_size=1, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=0)
 
@@ -296,13 +302,25 @@ def test_generate_matches_sdpa(part, monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")  # transformers 5.2x renames it `cache`
-def test_a_continued_cache_is_refused(tiny):
-    """Queries continuing a cache (chunked prefill) are refused with the way out, not answered top-left."""
+def test_a_continued_cache_is_refused_or_aligned_bottom_right(part, tiny):
+    """Queries continuing a cache (chunked prefill): parts 0-4 refuse them with the way out, not
+    answered top-left; part 5 aligns the diagonal bottom-right and gets SDPA's logits (float32)."""
     model, ids = tiny
     with torch.no_grad():
         cache = model(input_ids=ids[:, :8], use_cache=True).past_key_values
-        with pytest.raises(UNSUPPORTED, match="key/value cache.*prefill the prompt in one call"):
-            model(input_ids=ids[:, 8:], past_key_values=cache, use_cache=True)
+        if not hasattr(parts.load(part), "BOTTOM_RIGHT"):
+            with pytest.raises(UNSUPPORTED, match="key/value cache.*prefill the prompt in one call"):
+                model(input_ids=ids[:, 8:], past_key_values=cache, use_cache=True)
+            return
+        got = model(input_ids=ids[:, 8:], past_key_values=cache, use_cache=True).logits
+        reference = tiny_llama()
+        reference.load_state_dict(model.state_dict())
+        ref_cache = reference(input_ids=ids[:, :8], use_cache=True).past_key_values
+        expected = reference(input_ids=ids[:, 8:], past_key_values=ref_cache, use_cache=True).logits
+        whole = reference(input_ids=ids, use_cache=False).logits[:, 8:]  # the same positions in one call
+    assert got.shape == expected.shape and ids.shape[1] - 8 > 1  # several queries continue the cache
+    assert largest_relative_error(got, expected) <= TOLERANCE
+    assert largest_relative_error(expected, whole) <= TOLERANCE
 
 
 def test_names_transformers_uses_are_refused():
