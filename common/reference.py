@@ -4,9 +4,9 @@
 
 Causal means key j is visible to query i when j <= i (top-left aligned), exactly as
 `torch.nn.functional.scaled_dot_product_attention(is_causal=True)`; with bottom_right, when
-j <= i + N_k - N_q (queries continuing a key/value cache: the last query sees every key). Every part is checked
-against this function run in float64; run in the input's own dtype it is the "what PyTorch
-itself would get" baseline of the tolerance rule in `common/check.py`.
+j <= i + N_k - N_q (queries continuing a key/value cache: the last query sees every key). Every
+part is checked against this function run in float64; run in the input's own dtype it is the
+"what PyTorch itself would get" baseline of the tolerance rule in `common/check.py`.
 """
 
 import math

@@ -49,6 +49,7 @@ import gc
 import statistics
 import sys
 import time
+import types
 
 import torch
 
@@ -188,7 +189,7 @@ def paired(impls, mode, data, **where):
             for i, ids in enumerate(data[:WARMUP]):
                 run.step(ids, profiled=i == WARMUP - 1)  # the last warm-up step says what ran
         except Exception as e:  # a configuration that fails (the compiler, memory): say why, go on
-            runs.setdefault(impl, Run.__new__(Run)).error = results.why(e)
+            runs[impl] = types.SimpleNamespace(error=results.why(e))
     for ids in data[WARMUP:]:
         for run in runs.values():
             if run.error is None:
@@ -208,7 +209,7 @@ def measured(runs):
     reference = None if reference is None or reference.error else torch.stack(reference.losses).float().tolist()
     rows = []
     for impl, run in runs.items():
-        row = dict(impl=impl, mode=getattr(run, "mode", ""))
+        row = dict(impl=impl)
         if run.error is not None:
             rows.append(dict(row, check=f"error: {run.error}"))
             continue

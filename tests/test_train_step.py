@@ -61,6 +61,10 @@ def test_paired_runs_train_alike_on_cpu():
         assert len(losses) == len(data) and losses[-1] < losses[0] - 0.1
         assert row["check"].startswith("ok: the first 15 losses within"), (impl, row["check"])
         assert float(row["loss_diff"]) < 1e-5 and "step_ms" not in row  # nothing timed without a GPU
+    # an implementation that fails says why in its row, and the others run on
+    runs = train_step.paired({"broken": "no_such_attention"}, "eager", data, config=TINY, device="cpu")
+    (row,) = train_step.measured(runs)
+    assert row["impl"] == "broken" and row["check"].startswith("error: ") and "no_such_attention" in row["check"]
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
