@@ -233,19 +233,24 @@ _plans = {}
 _MAX_PLANS = 4096  # shapes seen; past this many (lengths that keep changing), start again
 
 
+def _takes_gluon(Q, is_causal):
+    """Whether the Gluon kernels take this call: 16-bit, D = 64 or 128, on a Hopper GPU, not bottom-right."""
+    return GLUON and is_causal != BOTTOM_RIGHT and gluon_attention.supported(Q)
+
+
 def _plan(Q, K, is_causal, gluon):
     n_q, n_k, d = Q.shape[-2], K.shape[-2], Q.shape[-1]
     n_seqs = math.prod(Q.shape[:-2])
     q_per_kv = n_seqs // math.prod(K.shape[:-2])  # grouped heads: query heads per key/value head
     scale = d**-0.5
-    if gluon and is_causal != BOTTOM_RIGHT and gluon_attention.supported(Q):  # 16-bit, D = 64 or 128, Hopper
+    if gluon:
         n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device)
         grid = lambda _: n_programs  # noqa: E731
         key = (Q.device, Q.dtype, d, is_causal)
         meta = gluon_attention.constexprs(d, is_causal)
         group = gluon_attention.group_size(n_seqs, n_q, d, is_causal)  # the causal order's sequences side by side
         label = "gluon {WARPGROUPS}x{ROWS}x{BLOCK_N} s{STAGES}".format(**meta)  # as the benchmark names it
-        return True, key, grid, (n_q, n_k, n_seqs, group, q_per_kv, scale), meta, label
+        return True, key, grid, (n_q, n_k, n_seqs, group, q_per_kv), meta, label
     grid = lambda blocks: triton.cdiv(n_q, blocks["BLOCK_M"]) * n_seqs  # noqa: E731  (query tiles x sequences)
     bucket = launch.n_bucket(n_q, n_k)
     meta = dict(D=d, IS_CAUSAL=is_causal, DOT_PRECISION=_dot_precision(Q))
@@ -263,15 +268,23 @@ def flash_forward(Q, K, V, is_causal):
     if new:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[signature] = _plan(Q, K, is_causal, GLUON)
+        plan = _plans[signature] = _plan(Q, K, is_causal, _takes_gluon(Q, is_causal))
     gluon, key, grid, tail, meta, label = plan
+    if gluon:  # heads read where they lie (a model's transposed views too), O written in Q's layout
+        (q, sq), (k, sk), (v, sv) = gluon_attention.heads(Q), gluon_attention.heads(K), gluon_attention.heads(V)
+        o, so = gluon_attention.heads(torch.empty_like(q))
+        lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
+        strides = (*sq, *sk, *sv, *so)
+        _launch_fwd_gluon(key, grid, q, k, v, o, lse, *tail, q.shape[1], *strides, Q.shape[-1] ** -0.5, **meta)
+        _last_forward["label"] = label
+        return o.view(Q.shape), lse
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)  # contiguous: (B*H, N, D) in memory
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
     if new and not gluon:  # the autotuner's configurations, compiled together, timed on a bounded input
         launch.compile_first((_attn_fwd, *key), [(_attn_fwd, (q, k, v, o, lse, *tail), meta)])
         launch.tune(_attn_fwd, grid, (q, k, v, o, lse, *tail), meta)
-    (_launch_fwd_gluon if gluon else _launch_fwd)(key, grid, q, k, v, o, lse, *tail, **meta)
+    _launch_fwd(key, grid, q, k, v, o, lse, *tail, **meta)
     _last_forward["label"] = label
     return o, lse
 
@@ -551,9 +564,10 @@ def _gluon_backward(Q, K, V, O, L, dO, is_causal):
         group = Q.shape[-3] // K.shape[-3]
         k, v = (t.repeat_interleave(group, dim=-3) for t in (K, V))
         dq, dk, dv = _gluon_backward(Q, k, v, O, L, dO, is_causal)
-        dk, dv = (t.unflatten(-3, (-1, group)).sum(-3) for t in (dk, dv))  # summed in float32, rounded once
+        # summed in float32, rounded once, into K's and V's layout (a model's transposed heads: no copy after)
+        dk, dv = (torch.sum(g.unflatten(-3, (-1, group)), -3, out=torch.empty_like(t)) for g, t in ((dk, K), (dv, V)))
         return dq, dk, dv
-    q, k, v, o, do = _flat(Q), _flat(K), _flat(V), _flat(O), _flat(dO)  # copies only if strided
+    q, k, v, o, do = Q, K, V, O, dO  # read where they lie (plan.run: gluon_attention.heads)
     lse = L.contiguous()
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
     plan = _bwd_plans.get(signature)
@@ -637,8 +651,9 @@ class FlashAttention(torch.autograd.Function):
     def forward(ctx, Q, K, V, is_causal=False, bottom_right=False):
         check_inputs(Q, K, V, is_causal, triton=True, grouped=GROUPED_HEADS)
         is_causal = _diagonal(Q, K, is_causal, bottom_right)
-        Q, K, V = _dense(Q), _dense(K), _dense(V)  # a model's heads are strided views: copied once, and saved so
-        if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
+        if not _takes_gluon(Q, is_causal):  # part 4's kernels read contiguous heads: a model's strided
+            Q, K, V = _dense(Q), _dense(K), _dense(V)  # views are copied once, and saved so that the
+        if any(ctx.needs_input_grad):  # backward's kernels compile (launch.ahead) beside the forward's
             launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)

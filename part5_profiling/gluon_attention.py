@@ -27,6 +27,10 @@ time (steps/, make diff PART=5 STEP=fwd1, STEP=fwd2, ...), and each step adds it
   warpgroups compute their exponentials.
 - fwd8: grouped key/value heads (grouped-query attention): K and V hold N_SEQS / Q_PER_KV sequences,
   and the loader reads query sequence bh's keys and values from sequence bh // Q_PER_KV.
+- fwd9: heads read where they lie. A model's Q, K and V are (B, N, H, D) in memory, seen as (B, H, N,
+  D) through a transpose: 4-D descriptors with each tensor's (batch, head, row) strides load their
+  tiles in place (sequence bh is batch bh // HEADS, head bh % HEADS), and O is written in Q's layout,
+  so neither side of the call copies a head.
 
 GPU only (sm_90): Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a
 Hopper GPU here and keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs,
@@ -67,6 +71,8 @@ CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
     64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
 }
+# The kernel's (batch, head, row) strides of Q, K, V and O, in order: run-time values like the lengths.
+STRIDES = [f"stride_{t}{a}" for t in "qkvo" for a in "bhn"]
 
 
 if HAVE_GLUON:
@@ -104,7 +110,13 @@ if HAVE_GLUON:
         return idx, bh, q_start, gl.cdiv(hi, BLOCK_N), unmasked_hi // BLOCK_N
 
     @gluon.jit
-    def _load_tile(descs, bh, kv, q_start, n_tiles, it, done, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr):
+    def _descriptor(t, shape, strides, block, layout: gl.constexpr):
+        """A 4-D TMA descriptor over t where it lies: shape (batch, head, row, column), strides its
+        (batch, head, row) strides (the columns are contiguous)."""
+        return tma.make_tensor_descriptor(t, shape, [strides[0], strides[1], strides[2], 1], block, layout)
+
+    @gluon.jit
+    def _load_tile(descs, b, h, kv, q_start, n_tiles, it, done, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr):
         """The loader's part of one query tile: Q (once the warpgroups are done with the last one),
         then K_j and V_j into the ring, each as soon as its buffer is free; it: the ring position
         before the tile, returned after it."""
@@ -116,7 +128,7 @@ if HAVE_GLUON:
         mbarrier.wait(q_free, (done & 1) ^ 1)  # the warpgroups are done with the last tile's Q
         mbarrier.expect(q_ready, WARPGROUPS * ROWS * D * 2)  # zero rows past N_QUERIES count too
         for i in gl.static_range(WARPGROUPS):  # each warpgroup's own rows
-            tma_load(q_desc, [bh, q_start + i * ROWS, 0], q_ready, q_smem.index(i).reshape([1, ROWS, D]))
+            tma_load(q_desc, [b, h, q_start + i * ROWS, 0], q_ready, q_smem.index(i).reshape([1, 1, ROWS, D]))
         for j in range(n_tiles):
             slot = it % STAGES
             phase = (it // STAGES) & 1
@@ -124,36 +136,42 @@ if HAVE_GLUON:
             # the first wait on a free buffer (parity 1) does not block
             mbarrier.wait(k_free.index(slot), phase ^ 1)
             mbarrier.expect(k_ready.index(slot), BLOCK_N * D * 2)
-            tma_load(k_desc, [kv, j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot).reshape([1, BLOCK_N, D]))
+            k_at = [b, kv, j * BLOCK_N, 0]
+            tma_load(k_desc, k_at, k_ready.index(slot), k_ring.index(slot).reshape([1, 1, BLOCK_N, D]))
             mbarrier.wait(v_free.index(slot), phase ^ 1)
             mbarrier.expect(v_ready.index(slot), BLOCK_N * D * 2)
-            tma_load(v_desc, [kv, j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot).reshape([1, BLOCK_N, D]))
+            tma_load(v_desc, k_at, v_ready.index(slot), v_ring.index(slot).reshape([1, 1, BLOCK_N, D]))
             it += 1
         return it
 
     @gluon.jit
     def _load_partition(
-        Q, K, V, sizes, Q_PER_KV, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
+        Q, K, V, sizes, Q_PER_KV, strides, buffers, D: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr
     ):
         """One warp: the TMA copies of every query tile the program takes. Grouped heads: query
-        sequence bh reads key/value sequence bh // Q_PER_KV."""
+        head h reads key/value head h // Q_PER_KV. strides: HEADS, then Q's, K's and V's (batch,
+        head, row) strides."""
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
+        HEADS, q_strides, k_strides, v_strides = strides
         WARPGROUPS: gl.constexpr = buffers[0].type.shape[0]
         ROWS: gl.constexpr = buffers[0].type.shape[1]
-        # 3-D descriptors (sequence, row, column): a tile never reads past its own sequence's last
-        # row (TMA fills zeros there), and one descriptor serves every sequence the program visits.
-        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
-        q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, ROWS, D], layout)
-        n_kv = N_SEQS // Q_PER_KV
-        k_desc = tma.make_tensor_descriptor(K, [n_kv, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
-        v_desc = tma.make_tensor_descriptor(V, [n_kv, N_KEYS, D], [N_KEYS * D, D, 1], [1, BLOCK_N, D], layout)
+        # 4-D descriptors (batch, head, row, column) over each tensor where it lies: a tile never
+        # reads past its own sequence's last row (TMA fills zeros there), and one descriptor serves
+        # every sequence the program visits.
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
+        n_batch = N_SEQS // HEADS
+        q_desc = _descriptor(Q, [n_batch, HEADS, N_QUERIES, D], q_strides, [1, 1, ROWS, D], layout)
+        n_kv = HEADS // Q_PER_KV
+        k_desc = _descriptor(K, [n_batch, n_kv, N_KEYS, D], k_strides, [1, 1, BLOCK_N, D], layout)
+        v_desc = _descriptor(V, [n_batch, n_kv, N_KEYS, D], v_strides, [1, 1, BLOCK_N, D], layout)
         it = 0  # key tiles loaded so far, over all query tiles: the ring position
         done = 0  # query tiles so far
         for r in range(gl.cdiv(n_tiles_m * N_SEQS, n_programs)):
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(r, sizes, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL)
             if idx < n_tiles_m * N_SEQS:
-                kv = bh // Q_PER_KV
-                it = _load_tile((q_desc, k_desc, v_desc), bh, kv, q_start, n_tiles, it, done, buffers, D, BLOCK_N)
+                b, h = bh // HEADS, bh % HEADS
+                descs = (q_desc, k_desc, v_desc)
+                it = _load_tile(descs, b, h, h // Q_PER_KV, q_start, n_tiles, it, done, buffers, D, BLOCK_N)
                 done += 1
 
     @gluon.jit
@@ -235,6 +253,7 @@ if HAVE_GLUON:
     def _softmax_tile(
         O,
         L,
+        o_strides,
         qk_scale,
         work,
         sizes,
@@ -247,7 +266,7 @@ if HAVE_GLUON:
         """Warpgroup WG's rows of one query tile, q_start + WG * ROWS ... + ROWS - 1, against every key
         tile it sees. work: the tile (sequence, first row, key tiles, unmasked key tiles) and where
         the warpgroup stands (ring position, query tiles and turns so far); returns the ring position
-        and turns after it."""
+        and turns after it. o_strides: HEADS, then O's (batch, head, row) strides."""
         bh, q_start, n_tiles, n_unmasked, it, done, turns = work
         n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP = sizes
         q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = buffers
@@ -305,20 +324,23 @@ if HAVE_GLUON:
         o_rows = q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
         o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-        seq = bh.to(gl.int64) * N_QUERIES
+        HEADS, sob, soh, son = o_strides
+        sob, soh, son = sob // 8 * 8, soh // 8 * 8, son // 8 * 8  # as they are, now known to be whole 16 bytes
+        head = (bh // HEADS).to(gl.int64) * sob + (bh % HEADS).to(gl.int64) * soh
         gl.store(
-            O + (seq + o_rows[:, None]) * D + cols[None, :],
+            O + head + o_rows[:, None].to(gl.int64) * son + cols[None, :],
             o.to(O.dtype.element_ty),
             mask=(o_rows < N_QUERIES)[:, None],
         )
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
-        gl.store(L + seq + rows, lse, mask=rows < N_QUERIES)
+        gl.store(L + bh.to(gl.int64) * N_QUERIES + rows, lse, mask=rows < N_QUERIES)
         return it, turns + 1
 
     @gluon.jit
     def _softmax_partition(
         O,
         L,
+        o_strides,
         qk_scale,
         sizes,
         buffers,
@@ -339,10 +361,10 @@ if HAVE_GLUON:
             idx, bh, q_start, n_tiles, n_unmasked = _work_item(r, sizes, WARPGROUPS * ROWS, BLOCK_N, IS_CAUSAL)
             if idx < n_tiles_m * N_SEQS:
                 work = (bh, q_start, n_tiles, n_unmasked, it, done, turns)
-                it, turns = _softmax_tile(O, L, qk_scale, work, sizes, buffers, WG, D, IS_CAUSAL, PINGPONG)
+                it, turns = _softmax_tile(O, L, o_strides, qk_scale, work, sizes, buffers, WG, D, IS_CAUSAL, PINGPONG)
                 done += 1
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "Q_PER_KV"])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "Q_PER_KV", "HEADS", *STRIDES])
     def _attn_fwd_gluon(
         Q,
         K,
@@ -354,6 +376,19 @@ if HAVE_GLUON:
         N_SEQS,
         GROUP,
         Q_PER_KV,
+        HEADS,
+        stride_qb,
+        stride_qh,
+        stride_qn,
+        stride_kb,
+        stride_kh,
+        stride_kn,
+        stride_vb,
+        stride_vh,
+        stride_vn,
+        stride_ob,
+        stride_oh,
+        stride_on,
         scale,
         D: gl.constexpr,
         BLOCK_N: gl.constexpr,
@@ -390,14 +425,17 @@ if HAVE_GLUON:
         qk_scale = scale * 1.4426950408889634  # scale * log2(e)
         sizes = (n_programs, n_tiles_m, N_QUERIES, N_KEYS, N_SEQS, GROUP)
         buffers = (q_smem, k_ring, v_ring, q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
+        q_strides, k_strides = (stride_qb, stride_qh, stride_qn), (stride_kb, stride_kh, stride_kn)
+        strides = (HEADS, q_strides, k_strides, (stride_vb, stride_vh, stride_vn))
+        o_strides = (HEADS, stride_ob, stride_oh, stride_on)
         # gl.warp_specialize([(function, args), ...], worker warps, worker registers): the first
         # function runs on the kernel's own 4 warps (warpgroup 0), each other one on warps of its own.
         if WARPGROUPS == 2:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, buffers, D, BLOCK_N, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, o_strides, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, o_strides, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
+                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, strides, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 1],  # warps: warpgroup 1, the loader
                 [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
@@ -405,10 +443,10 @@ if HAVE_GLUON:
         else:
             gl.warp_specialize(
                 [
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
-                    (_softmax_partition, (O, L, qk_scale, sizes, buffers, 2, D, IS_CAUSAL, PINGPONG)),
-                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, buffers, D, BLOCK_N, IS_CAUSAL)),
+                    (_softmax_partition, (O, L, o_strides, qk_scale, sizes, buffers, 0, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, o_strides, qk_scale, sizes, buffers, 1, D, IS_CAUSAL, PINGPONG)),
+                    (_softmax_partition, (O, L, o_strides, qk_scale, sizes, buffers, 2, D, IS_CAUSAL, PINGPONG)),
+                    (_load_partition, (Q, K, V, sizes, Q_PER_KV, strides, buffers, D, BLOCK_N, IS_CAUSAL)),
                 ],
                 [4, 4, 1],  # warps: warpgroups 1 and 2, the loader
                 [REGISTERS, REGISTERS, 24],
@@ -441,17 +479,45 @@ def group_size(n_seqs, n_q, d, is_causal):
     return 1 if is_causal and d == 128 and n_q >= SEQUENCE_MAJOR_FROM else n_seqs
 
 
+def heads(t):
+    """t as (B, H, N, D) where the kernels read it in place, and its (batch, head, row) strides.
+
+    A model's heads are (B, N, H, D) in memory, seen as (B, H, N, D) through a transpose: TMA reads
+    them where they lie, given rows on a 16-byte boundary and every stride in whole 16 bytes (8
+    elements of bf16 or fp16). A view of t when it has those; otherwise a contiguous copy. Leading
+    dimensions other than (B, H) fold into B; a (N, D) or (S, N, D) tensor is one batch. The stride
+    of a dimension of size 1 is never used: it is given as a contiguous tensor's."""
+    if t.dim() != 4:
+        t = t.reshape(-1, *t.shape[-3:]) if t.dim() > 4 else t.reshape((1,) * (4 - t.dim()) + t.shape)
+    sb, sh, sn, sd = t.stride()
+    if sd == 1 and t.data_ptr() % 16 == 0 and sb > 0 and sh > 0 and sn > 0 and not (sb % 8 or sh % 8 or sn % 8):
+        return t, (sb, sh, sn)  # the common case, checked first: this runs on every call
+    _, h, n, d = t.shape
+    dense = (h * n * d, n * d, d)  # a contiguous tensor's strides
+    strides = tuple(s if size > 1 else dense[i] for i, (size, s) in enumerate(zip(t.shape, (sb, sh, sn))))
+    if sd == 1 and t.data_ptr() % 16 == 0 and all(s > 0 and s % 8 == 0 for s in strides):
+        return t, strides
+    return t.clone(memory_format=torch.contiguous_format), dense
+
+
 def launch(q, k, v, o, lse, is_causal, config=None, group=None):
-    """O and L of (BH, N, D) contiguous q (k, v: (B * H_kv, N_k, D), H_kv dividing H) into o, lse through Triton's own launch path (part 5's
+    """O and L of q (k, v: (B, H_kv, N_k, D), H_kv dividing H; or (B * H_kv, N_k, D)) into o (q's shape,
+    any strides heads() reads in place) and lse through Triton's own launch path (part 5's
     flash_forward launches the same kernel through its Launch). config: CONFIGS[D] unless given;
     group: the causal order's sequences side by side (group_size's unless given)."""
-    n_seqs, n_q, d = q.shape
+    (q4, q_strides), (k4, k_strides), (v4, v_strides), (o4, o_strides) = (heads(t) for t in (q, k, v, o))
+    if o4.data_ptr() != o.data_ptr():
+        raise ValueError("o: the kernel writes it in place, so its strides must be whole 16 bytes")
+    n_b, n_h, n_q, d = q4.shape
+    n_seqs = n_b * n_h
     meta = constexprs(d, is_causal, config)
     grid = (programs(n_q, n_seqs, d, q.device, meta["WARPGROUPS"]),)
     group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
     if group < 1:
         raise ValueError(f"group: at least one sequence side by side, got {group}")
-    _attn_fwd_gluon[grid](q, k, v, o, lse, n_q, k.shape[1], n_seqs, group, n_seqs // k.shape[0], d**-0.5, **meta)
+    sizes = (n_q, k4.shape[2], n_seqs, group, n_h // k4.shape[1], n_h)
+    strides = (*q_strides, *k_strides, *v_strides, *o_strides)
+    _attn_fwd_gluon[grid](q4, k4, v4, o4, lse, *sizes, *strides, d**-0.5, **meta)
 
 
 def constexprs(d, is_causal, config=None):

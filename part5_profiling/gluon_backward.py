@@ -36,6 +36,9 @@ per tile pair where five would do. This kernel makes the five once. It is built 
   tile, not one per warpgroup.
 - bwd6: the order of the programs (ORDER, default_order): which rows are in L2 when the adds
   arrive.
+- bwd7: heads read and written where they lie (the forward's fwd9): Q, K, V, O and dO through 4-D
+  descriptors or addresses with their own (batch, head, row) strides, and dQ, dK, dV written in the
+  layout of Q, K and V, so a model's transposed heads are not copied on the way in or out.
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
@@ -107,6 +110,10 @@ SEQUENCE_MINOR, SEQUENCE_MAJOR, GROUPED = (tl.constexpr(i) for i in range(3))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
 GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2 (60 MiB as the driver reports it, results/h200/part2_device.json)
+# The (batch, head, row) strides _bwd_prepare, _attn_bwd_gluon and _dq_convert take, by tensor.
+STRIDES = [f"stride_{t}{a}" for t in ("q", "k", "v", "do", "dk", "dv") for a in "bhn"]
+PREPARE_STRIDES = [f"stride_{t}{a}" for t in ("o", "do") for a in "bhn"]
+CONVERT_STRIDES = [f"stride_dq{a}" for a in "bhn"]
 
 
 def default_order(is_causal, n_q):
@@ -138,11 +145,18 @@ if HAVE_GLUON:
         return gl.convert_layout(x.reshape([16, 256]), _flat_layout(), assert_trivial=True)
 
     @gluon.jit
-    def _load_tile(descs, rings, ready, free, i, bh, q_start, padded, D: gl.constexpr):
+    def _descriptor(t, shape, strides, block, layout: gl.constexpr):
+        """A 4-D TMA descriptor over t where it lies: shape (batch, head, row, column), strides its
+        (batch, head, row) strides (the columns are contiguous)."""
+        return tma.make_tensor_descriptor(t, shape, [strides[0], strides[1], strides[2], 1], block, layout)
+
+    @gluon.jit
+    def _load_tile(descs, rings, ready, free, i, seq, q_start, padded, D: gl.constexpr):
         """Query tile i, once its ring slot is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks
-        and its row statistic (L_i * log2(e) or D_i), all on one barrier."""
+        and its row statistic (L_i * log2(e) or D_i), all on one barrier. seq: batch, head, sequence."""
         desc, stat_desc = descs
         ring, stat_ring = rings
+        b, h, bh = seq
         CHUNKS: gl.constexpr = D // 64
         BLOCK_M: gl.constexpr = ring.type.shape[1]
         STAGES: gl.constexpr = ring.type.shape[0] // CHUNKS
@@ -151,8 +165,8 @@ if HAVE_GLUON:
         mbarrier.wait(free.index(slot), phase ^ 1)
         mbarrier.expect(ready.index(slot), BLOCK_M * D * 2 + BLOCK_M * 4)
         for c in gl.static_range(CHUNKS):
-            chunk = ring.index(slot * CHUNKS + c).reshape([1, BLOCK_M, 64])
-            tma_load(desc, [bh, q_start, c * 64], ready.index(slot), chunk)
+            chunk = ring.index(slot * CHUNKS + c).reshape([1, 1, BLOCK_M, 64])
+            tma_load(desc, [b, h, q_start, c * 64], ready.index(slot), chunk)
         tma_load(stat_desc, [bh * padded + q_start], ready.index(slot), stat_ring.index(slot))
 
     @gluon.jit
@@ -164,22 +178,25 @@ if HAVE_GLUON:
         L2,
         DELTA,
         sizes,
+        strides,
         loads,
         D: gl.constexpr,
         BLOCK_M: gl.constexpr,
     ):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
-        each as soon as its buffer is free."""
+        each as soon as its buffer is free. strides: HEADS, then Q's, K's, V's and dO's (batch,
+        head, row) strides: 4-D descriptors read each where it lies."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
+        HEADS, q_strides, k_strides, v_strides, do_strides = strides
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
-        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
-        q_desc = tma.make_tensor_descriptor(Q, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], layout)
-        do_desc = tma.make_tensor_descriptor(
-            DO, [N_SEQS, N_QUERIES, D], [N_QUERIES * D, D, 1], [1, BLOCK_M, 64], layout
-        )
-        k_desc = tma.make_tensor_descriptor(K, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
-        v_desc = tma.make_tensor_descriptor(V, [N_SEQS, N_KEYS, D], [N_KEYS * D, D, 1], [1, 64, 64], layout)
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
+        n_b = N_SEQS // HEADS
+        q_desc = _descriptor(Q, [n_b, HEADS, N_QUERIES, D], q_strides, [1, 1, BLOCK_M, 64], layout)
+        do_desc = _descriptor(DO, [n_b, HEADS, N_QUERIES, D], do_strides, [1, 1, BLOCK_M, 64], layout)
+        k_desc = _descriptor(K, [n_b, HEADS, N_KEYS, D], k_strides, [1, 1, 64, 64], layout)
+        v_desc = _descriptor(V, [n_b, HEADS, N_KEYS, D], v_strides, [1, 1, 64, 64], layout)
+        seq = (bh // HEADS, bh % HEADS, bh)
         # the row statistics, padded to whole query tiles: one flat float32 vector each
         padded = gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M
         flat: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
@@ -188,12 +205,13 @@ if HAVE_GLUON:
         mbarrier.expect(kv_ready, 2 * 2 * 64 * D * 2)  # keys past N_KEYS arrive as zeros, and count
         for c in gl.static_range(CHUNKS):  # chunk c of warpgroup w's keys: buffer 2c + w
             for w in gl.static_range(2):
-                tma_load(k_desc, [bh, k_start + w * 64, c * 64], kv_ready, k_smem.index(c * 2 + w).reshape([1, 64, 64]))
-                tma_load(v_desc, [bh, k_start + w * 64, c * 64], kv_ready, v_smem.index(c * 2 + w).reshape([1, 64, 64]))
+                k_at = [seq[0], seq[1], k_start + w * 64, c * 64]
+                tma_load(k_desc, k_at, kv_ready, k_smem.index(c * 2 + w).reshape([1, 1, 64, 64]))
+                tma_load(v_desc, k_at, kv_ready, v_smem.index(c * 2 + w).reshape([1, 1, 64, 64]))
         for i in range(n_q_tiles):
             q_start = q_lo + i * BLOCK_M
-            _load_tile((q_desc, l2_desc), (q_ring, l2_ring), q_ready, q_free, i, bh, q_start, padded, D)
-            _load_tile((do_desc, delta_desc), (do_ring, delta_ring), do_ready, do_free, i, bh, q_start, padded, D)
+            _load_tile((q_desc, l2_desc), (q_ring, l2_ring), q_ready, q_free, i, seq, q_start, padded, D)
+            _load_tile((do_desc, delta_desc), (do_ring, delta_ring), do_ready, do_free, i, seq, q_start, padded, D)
 
     @gluon.jit
     def _add_dq(
@@ -322,7 +340,9 @@ if HAVE_GLUON:
         what both warpgroups share (outputs, scale, masked tiles, sizes, loads, exchange)."""
         outs, scale, n_masked, sizes, loads, exchange = work
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        DK, DV, DQ = outs
+        DK, DV, DQ, HEADS, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn = outs
+        sdkb, sdkh, sdkn = sdkb // 8 * 8, sdkh // 8 * 8, sdkn // 8 * 8  # as they are, known to be whole 16 bytes
+        sdvb, sdvh, sdvn = sdvb // 8 * 8, sdvh // 8 * 8, sdvn // 8 * 8
         acc_layout: gl.constexpr = _acc_layout(64)
         dk0 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
         dk1 = gl.zeros([64, 64], gl.float32, layout=acc_layout)
@@ -343,15 +363,17 @@ if HAVE_GLUON:
         tma.store_wait(0)
         rows = k_start + WG * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, acc_layout))
         cols = gl.arange(0, 64, layout=gl.SliceLayout(0, acc_layout))
-        offs = (bh.to(gl.int64) * N_KEYS + rows[:, None]) * D + cols[None, :]
+        b, h = (bh // HEADS).to(gl.int64), (bh % HEADS).to(gl.int64)
+        dk_at = b * sdkb + h * sdkh + rows[:, None].to(gl.int64) * sdkn + cols[None, :]  # in K's layout
+        dv_at = b * sdvb + h * sdvh + rows[:, None].to(gl.int64) * sdvn + cols[None, :]
         keep = (rows < N_KEYS)[:, None]
-        gl.store(DK + offs, (dk0 * scale).to(DK.dtype.element_ty), mask=keep)
-        gl.store(DV + offs, dv0.to(DV.dtype.element_ty), mask=keep)
+        gl.store(DK + dk_at, (dk0 * scale).to(DK.dtype.element_ty), mask=keep)
+        gl.store(DV + dv_at, dv0.to(DV.dtype.element_ty), mask=keep)
         if D == 128:
-            gl.store(DK + offs + 64, (dk1 * scale).to(DK.dtype.element_ty), mask=keep)
-            gl.store(DV + offs + 64, dv1.to(DV.dtype.element_ty), mask=keep)
+            gl.store(DK + dk_at + 64, (dk1 * scale).to(DK.dtype.element_ty), mask=keep)
+            gl.store(DV + dv_at + 64, dv1.to(DV.dtype.element_ty), mask=keep)
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP"])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "HEADS", *STRIDES])
     def _attn_bwd_gluon(
         Q,
         K,
@@ -366,6 +388,25 @@ if HAVE_GLUON:
         N_KEYS,
         N_SEQS,
         GROUP,
+        HEADS,
+        stride_qb,
+        stride_qh,
+        stride_qn,
+        stride_kb,
+        stride_kh,
+        stride_kn,
+        stride_vb,
+        stride_vh,
+        stride_vn,
+        stride_dob,
+        stride_doh,
+        stride_don,
+        stride_dkb,
+        stride_dkh,
+        stride_dkn,
+        stride_dvb,
+        stride_dvh,
+        stride_dvn,
         scale,
         D: gl.constexpr,
         BLOCK_M: gl.constexpr,
@@ -429,32 +470,56 @@ if HAVE_GLUON:
         sizes = (bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS)
         loads = (k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free)
         exchange = (ds_smem, ds_ready, ds_free, dq_smem)  # the warpgroups' dS^T, and dQ's staging
-        outs = (DK, DV, DQ)
+        outs = (DK, DV, DQ, HEADS, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn)
         work = (outs, scale, n_masked, sizes, loads, exchange)
+        q_strides, k_strides = (stride_qb, stride_qh, stride_qn), (stride_kb, stride_kh, stride_kn)
+        strides = (HEADS, q_strides, k_strides, (stride_vb, stride_vh, stride_vn), (stride_dob, stride_doh, stride_don))
         gl.warp_specialize(
             [
                 (_bwd_partition, (work, 0, D, BLOCK_M)),
                 (_bwd_partition, (work, 1, D, BLOCK_M)),
-                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, loads, D, BLOCK_M)),
+                (_bwd_load, (Q, K, V, DO, L2, DELTA, sizes, strides, loads, D, BLOCK_M)),
             ],
             [4, 1],  # warps: warpgroup 1, the loader
             [REGISTERS, 24],  # registers per thread: warpgroup 1, the loader
         )
 
 
-@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
-def _bwd_prepare(O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BLOCK_M: tl.constexpr):
+@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS", "HEADS", *PREPARE_STRIDES])
+def _bwd_prepare(
+    O,
+    DO,
+    L,
+    L2,
+    DELTA,
+    DQ,
+    N_QUERIES,
+    N_SEQS,
+    HEADS,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
     """Per query tile: D_i = rowsum(dO_i * O_i) and L_i * log2(e), zeros past N_QUERIES up to a whole
-    tile (the Gluon kernel reads them without masks), and zeros into the float32 dQ."""
+    tile (the Gluon kernel reads them without masks), and zeros into the float32 dQ. O and dO are read
+    where they lie, each with its (batch, head, row) strides."""
     pid = tl.program_id(0)
     tile_m = pid // N_SEQS
     bh = (pid % N_SEQS).to(tl.int64)
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, D)
     keep = rows < N_QUERIES
-    offs = (bh * N_QUERIES + rows[:, None]) * D + cols[None, :]
-    o = tl.load(O + offs, mask=keep[:, None], other=0.0).to(tl.float32)
-    do = tl.load(DO + offs, mask=keep[:, None], other=0.0).to(tl.float32)
+    b, h, r = bh // HEADS, bh % HEADS, rows[:, None].to(tl.int64)
+    stride_ob, stride_oh, stride_on = stride_ob // 8 * 8, stride_oh // 8 * 8, stride_on // 8 * 8  # whole 16 bytes
+    stride_dob, stride_doh, stride_don = stride_dob // 8 * 8, stride_doh // 8 * 8, stride_don // 8 * 8
+    o = tl.load(O + b * stride_ob + h * stride_oh + r * stride_on + cols[None, :], mask=keep[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + r * stride_don + cols[None, :], mask=keep[:, None], other=0.0)
+    o, do = o.to(tl.float32), do.to(tl.float32)
     padded = bh * tl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M + rows
     tl.store(DELTA + padded, tl.sum(o * do, axis=1))
     lse = tl.load(L + bh * N_QUERIES + rows, mask=keep, other=0.0)
@@ -463,10 +528,23 @@ def _bwd_prepare(O, DO, L, L2, DELTA, DQ, N_QUERIES, N_SEQS, D: tl.constexpr, BL
     tl.store(DQ + block + tl.arange(0, BLOCK_M)[:, None] * D + cols[None, :], tl.zeros([BLOCK_M, D], tl.float32))
 
 
-@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS"])
-def _dq_convert(DQ32, DQ, N_QUERIES, N_SEQS, scale, D: tl.constexpr, BLOCK_M: tl.constexpr):
+@triton.jit(do_not_specialize=["N_QUERIES", "N_SEQS", "HEADS", *CONVERT_STRIDES])
+def _dq_convert(
+    DQ32,
+    DQ,
+    N_QUERIES,
+    N_SEQS,
+    HEADS,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
+    scale,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
     """dQ = scale * (the float32 sum), in the inputs' dtype, per query tile: the sum's 64 x 64 blocks
-    are in the fragment order _fragment_order wrote them in."""
+    are in the fragment order _fragment_order wrote them in; dQ is written with its own (batch,
+    head, row) strides."""
     pid = tl.program_id(0)
     tile_m = pid // N_SEQS
     bh = (pid % N_SEQS).to(tl.int64)
@@ -477,7 +555,9 @@ def _dq_convert(DQ32, DQ, N_QUERIES, N_SEQS, scale, D: tl.constexpr, BLOCK_M: tl
     block = (bh * tl.cdiv(N_QUERIES, BLOCK_M) + tile_m) * BLOCK_M * D
     dq = tl.load(DQ32 + block + (c // 64) * 4096 + e) * scale
     rows = tile_m * BLOCK_M + r
-    tl.store(DQ + (bh * N_QUERIES + rows) * D + c, dq.to(DQ.dtype.element_ty), mask=rows < N_QUERIES)
+    stride_dqb, stride_dqh, stride_dqn = stride_dqb // 8 * 8, stride_dqh // 8 * 8, stride_dqn // 8 * 8  # whole 16 bytes
+    at = (bh // HEADS) * stride_dqb + (bh % HEADS) * stride_dqh + rows.to(tl.int64) * stride_dqn + c
+    tl.store(DQ + at, dq.to(DQ.dtype.element_ty), mask=rows < N_QUERIES)
 
 
 def from_fragment_order(dq32, n_q):
@@ -545,26 +625,31 @@ class Plan:
         self.prepare = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
         group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
         self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"])), lambda _: n_main)
-        self.main_args = (n_q, n_k, n_seqs, group, d**-0.5)
-        self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs, d**-0.5), dict(D=d, BLOCK_M=BLOCK_M))
+        self.main_args = (n_q, n_k, n_seqs, group)
+        self.scale = d**-0.5
+        self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
 
     def run(self, q, k, v, o, do, lse, launchers):
-        """dQ, dK, dV (shaped like the plan's Q and K) of contiguous q, k, v, o, do (any shape of the
-        same memory: a kernel sees only the address) and lse, with launchers as launch() takes them."""
+        """dQ, dK, dV (shaped like the plan's Q and K, laid out as q, k and v where those are dense) of
+        q, k, v, o, do (the plan's shapes, any strides: gluon_attention.heads reads them in place or
+        copies them) and a contiguous lse, with launchers as launch() takes them."""
         prepare, main, convert = launchers
+        (q, sq), (k, sk), (v, sv), (o, so), (do, sdo) = (gluon_attention.heads(t) for t in (q, k, v, o, do))
+        n_heads = q.shape[1]
         stats = torch.empty(self.stats_shape, dtype=torch.float32, device=self.device)
         dq32 = torch.empty(self.dq32_shape, dtype=torch.float32, device=self.device)
         lse2, delta = stats[0], stats[1]
-        dk = torch.empty(self.k_shape, dtype=self.dtype, device=self.device)
-        dv = torch.empty(self.k_shape, dtype=self.dtype, device=self.device)
+        (dk, sdk), (dv, sdv) = gluon_attention.heads(torch.empty_like(k)), gluon_attention.heads(torch.empty_like(v))
         key, grid, args, meta = self.prepare
-        prepare(key, grid, o, do, lse, lse2, delta, dq32, *args, **meta)
+        prepare(key, grid, o, do, lse, lse2, delta, dq32, *args, n_heads, *so, *sdo, **meta)
         key, grid = self.main
-        main(key, grid, q, k, v, do, lse2, delta, dk, dv, dq32, *self.main_args, **self.meta)
-        dq = torch.empty(self.q_shape, dtype=self.dtype, device=self.device)
+        strides = (*sq, *sk, *sv, *sdo, *sdk, *sdv)
+        tensors = (q, k, v, do, lse2, delta, dk, dv, dq32)
+        main(key, grid, *tensors, *self.main_args, n_heads, *strides, self.scale, **self.meta)
+        dq, sdq = gluon_attention.heads(torch.empty_like(q))
         key, grid, args, meta = self.convert
-        convert(key, grid, dq32, dq, *args, **meta)
-        return dq, dk, dv
+        convert(key, grid, dq32, dq, *args, n_heads, *sdq, self.scale, **meta)
+        return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
 
 
 def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from common import parts
-from common.check import check_outputs, check_part
+from common.check import check_outputs, check_part, run_part
 from common.inputs import STRESS_SCALE, Shape, make_inputs
 from tests.helpers import DEVICE, HOPPER, INTERPRET, assert_report_ok, deterministic_algorithms, needs_hopper
 
@@ -264,3 +264,33 @@ def test_gluon_backward_orders(part, d, is_causal, order):
         budget = 4 * shape.n_q * d * 8  # group_size: four sequences
         out = _gluon_grads(part5, q, k, v, do, is_causal, getattr(part5.gluon_backward, order), budget)
         assert_report_ok(check_outputs(out, q, k, v, do, is_causal), f"{shape} causal={is_causal} {order}")
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["model", "fused_qkv", "decode"])
+def test_gluon_reads_heads_where_they_lie(part, layout):
+    """A model's heads, (B, N, H, D) in memory seen as (B, H, N, D), with grouped K and V: the Gluon
+    kernels read them in place, and O and dQ come back in Q's layout, dK and dV in K's and V's.
+    Slices of one fused QKV projection (not dense: their gradients come back contiguous), and one
+    query continuing a cache (strides of dimensions of size 1 unused). All against float64."""
+    part5 = parts.load(part)
+    b, n, h, d = 2, 300, 8, 128
+    h_kv = h if layout == "fused_qkv" else 2
+    g = torch.Generator(device=DEVICE).manual_seed(3)
+    normal = lambda *shape: torch.randn(*shape, generator=g, device=DEVICE, dtype=torch.bfloat16)  # noqa: E731
+    if layout == "fused_qkv":
+        q, k, v = normal(b, n, 3, h, d).unbind(2)
+    else:
+        q, k, v = normal(b, 1 if layout == "decode" else n, h, d), normal(b, n, h_kv, d), normal(b, n, h_kv, d)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    do = normal(*q.shape[:1], q.shape[2], h, d).transpose(1, 2)
+    is_causal = layout != "decode"
+    out = run_part(part5, q, k, v, do, is_causal)
+    assert_report_ok(check_outputs(out, q, k, v, do, is_causal), layout)
+    assert parts.forward_config(part5).startswith("gluon") and part5.backward_label() == "gluon"
+    if layout == "model":
+        assert out["O"].stride() == q.stride() and out["dQ"].stride() == q.stride()
+        assert out["dK"].stride() == k.stride() and out["dV"].stride() == v.stride()
+    else:
+        assert out["O"].shape == q.shape and out["dK"].shape == k.shape

@@ -340,8 +340,8 @@ def compiled_facts(name, d, causal):
         wgmma=ptx.count("wgmma.mma_async"),
         wgmma_waits={w: waits.count(w) for w in sorted(set(waits))},
         barrier_waits=ptx.count("mbarrier.try_wait"),
-        tma_loads={r: ptx.count(f"cp.async.bulk.tensor.{r}d") for r in (1, 2, 3)},
-        tma_adds={r: ptx.count(f"cp.reduce.async.bulk.tensor.{r}d") for r in (1, 2, 3)},
+        tma_loads={r: ptx.count(f"cp.async.bulk.tensor.{r}d") for r in (1, 2, 3, 4)},
+        tma_adds={r: ptx.count(f"cp.reduce.async.bulk.tensor.{r}d") for r in (1, 2, 3, 4)},
         global_loads=ptx.count("ld.global"),
         registers=registers,
         stack=stack,
@@ -397,7 +397,7 @@ def add_counters(names):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... bwd6")
+    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... bwd7")
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--counters-only", action="store_true", help="profile the steps already timed in the CSV")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE", help="time a kernel file too")

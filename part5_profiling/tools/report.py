@@ -44,7 +44,7 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd6
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd7
 
 
 def _ladder(gpu_dir):
@@ -119,10 +119,13 @@ def step_line(name):
             change = row["graph_tflops"] / prev["graph_tflops"] - 1
             change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
             cells.append(f"{row['graph_tflops']:.0f} TFLOP/s at {_shape(d, c)} ({change})")
+        measured = f"_Measured: {', '.join(cells)} on {before.replace('part4', 'part 4')}"
+        if not all(row.get("tensor_pipe_pct") is not None for row, _ in found):  # timed without ncu
+            return measured + "; no counters (`--no-ncu`)._"
         pipes = " / ".join(f"{row['tensor_pipe_pct']:.0f}%" for row, _ in found)
         row = found[-1][0]
         stall = f"{row['stall_1']} {row['stall_1_value']:.1f}"
-        return f"_Measured: {', '.join(cells)} on {before.replace('part4', 'part 4')}; tensor pipe {pipes}; top stall {stall}._"
+        return f"{measured}; tensor pipe {pipes}; top stall {stall}._"
 
     return line
 
