@@ -275,9 +275,12 @@ def flash_forward(Q, K, V, is_causal):
         o, so = gluon_attention.heads(torch.empty_like(q))
         lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
         strides = (*sq, *sk, *sv, *so)
+        key = gluon_attention.stride_key(key, strides)
         _launch_fwd_gluon(key, grid, q, k, v, o, lse, *tail, q.shape[1], *strides, Q.shape[-1] ** -0.5, **meta)
         _last_forward["label"] = label
-        return o.view(Q.shape), lse
+        # o itself where it has Q's shape; else a view, detached (autograd refuses in-place edits of a
+        # view a Function returns, and a caller may edit O in place)
+        return (o if o.shape == Q.shape else o.view(Q.shape).detach()), lse
     q, k, v = _flat(Q), _flat(K), _flat(V)
     o = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)  # contiguous: (B*H, N, D) in memory
     lse = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)

@@ -500,8 +500,15 @@ def heads(t):
     return t.clone(memory_format=torch.contiguous_format), dense
 
 
+def stride_key(key, strides):
+    """A Launch key told apart for strides of 2**31 elements or more: Triton passes such an integer
+    as a 64-bit one, which compiles another binary (do_not_specialize keeps the value out of the
+    binary, not its type)."""
+    return key if max(strides) < 2**31 else (*key, "64-bit strides")
+
+
 def launch(q, k, v, o, lse, is_causal, config=None, group=None):
-    """O and L of q (k, v: (B, H_kv, N_k, D), H_kv dividing H; or (B * H_kv, N_k, D)) into o (q's shape,
+    """O and L of q (k, v of q's rank: (B, H_kv, N_k, D), H_kv dividing H, or (B * H_kv, N_k, D)) into o (q's shape,
     any strides heads() reads in place) and lse through Triton's own launch path (part 5's
     flash_forward launches the same kernel through its Launch). config: CONFIGS[D] unless given;
     group: the causal order's sequences side by side (group_size's unless given)."""

@@ -640,15 +640,16 @@ class Plan:
         dq32 = torch.empty(self.dq32_shape, dtype=torch.float32, device=self.device)
         lse2, delta = stats[0], stats[1]
         (dk, sdk), (dv, sdv) = gluon_attention.heads(torch.empty_like(k)), gluon_attention.heads(torch.empty_like(v))
+        dq, sdq = gluon_attention.heads(torch.empty_like(q))
+        wide = gluon_attention.stride_key((), (*sq, *sk, *sv, *so, *sdo, *sdk, *sdv, *sdq))  # 64-bit: other binaries
         key, grid, args, meta = self.prepare
-        prepare(key, grid, o, do, lse, lse2, delta, dq32, *args, n_heads, *so, *sdo, **meta)
+        prepare((*key, *wide), grid, o, do, lse, lse2, delta, dq32, *args, n_heads, *so, *sdo, **meta)
         key, grid = self.main
         strides = (*sq, *sk, *sv, *sdo, *sdk, *sdv)
         tensors = (q, k, v, do, lse2, delta, dk, dv, dq32)
-        main(key, grid, *tensors, *self.main_args, n_heads, *strides, self.scale, **self.meta)
-        dq, sdq = gluon_attention.heads(torch.empty_like(q))
+        main((*key, *wide), grid, *tensors, *self.main_args, n_heads, *strides, self.scale, **self.meta)
         key, grid, args, meta = self.convert
-        convert(key, grid, dq32, dq, *args, n_heads, *sdq, self.scale, **meta)
+        convert((*key, *wide), grid, dq32, dq, *args, n_heads, *sdq, self.scale, **meta)
         return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
 
 

@@ -294,3 +294,32 @@ def test_gluon_reads_heads_where_they_lie(part, layout):
         assert out["dK"].stride() == k.stride() and out["dV"].stride() == v.stride()
     else:
         assert out["O"].shape == q.shape and out["dK"].shape == k.shape
+
+
+def test_heads_reads_in_place_or_copies():
+    """gluon_attention.heads on any machine: a model's transposed heads and a fused projection's slices
+    are read in place; an expanded (stride 0), misaligned or column-strided tensor is copied; the
+    strides given always describe t's elements, in whole 16 bytes; size-1 dimensions get valid ones."""
+    from part5_profiling import gluon_attention as ga
+
+    def read(t4, strides):  # the elements the kernels would read through (batch, head, row) strides
+        return t4.as_strided(t4.shape, (*strides, 1))
+
+    base = torch.randn(2, 5, 3, 3, 64, dtype=torch.bfloat16)
+    model = base[:, :, 0].transpose(1, 2)  # (B, H, N, D), (B, N, 3, H, D) in memory: not dense
+    cases = {
+        "model": (base[:, :, 0].contiguous().transpose(1, 2), True),
+        "fused": (model, True),
+        "decode": (torch.randn(2, 1, 3, 64, dtype=torch.bfloat16).transpose(1, 2), True),
+        "3-D": (torch.randn(6, 5, 64, dtype=torch.bfloat16), True),
+        "expanded": (torch.randn(2, 1, 5, 64, dtype=torch.bfloat16).expand(2, 3, 5, 64), False),
+        "misaligned": (torch.randn(2 * 3 * 5 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 3, 5, 64), False),
+        "columns": (torch.randn(2, 3, 64, 5, dtype=torch.bfloat16).transpose(-1, -2), False),
+    }
+    for name, (t, in_place) in cases.items():
+        t4, strides = ga.heads(t)
+        assert (t4.data_ptr() == t.data_ptr()) == in_place, name
+        assert all(s > 0 and s % 8 == 0 for s in strides) and t4.data_ptr() % 16 == 0, name
+        assert torch.equal(read(t4, strides).reshape(t.shape), t), name
+    assert ga.stride_key(("k",), (64, 2**31 - 1)) == ("k",)  # 32-bit integers: the same binary
+    assert ga.stride_key(("k",), (64, 2**31)) == ("k", "64-bit strides")
