@@ -570,16 +570,15 @@ def _gluon_backward(Q, K, V, O, L, dO, is_causal):
         # summed in float32, rounded once, into K's and V's layout (a model's transposed heads: no copy after)
         dk, dv = (torch.sum(g.unflatten(-3, (-1, group)), -3, out=torch.empty_like(t)) for g, t in ((dk, K), (dv, V)))
         return dq, dk, dv
-    q, k, v, o, do = Q, K, V, O, dO  # read where they lie (plan.run: gluon_attention.heads)
-    lse = L.contiguous()
+    lse = L.contiguous()  # Q, K, V, O, dO are read where they lie (plan.run: gluon_attention.heads)
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
     plan = _bwd_plans.get(signature)
     if plan is None or launch.recording():  # a first call of these shapes: compile (or wait for launch.ahead)
-        launch.compile_first(_gluon_key(q, is_causal), lambda: _gluon_kernels(q, k, v, o, do, lse, is_causal))
+        launch.compile_first(_gluon_key(Q, is_causal), lambda: _gluon_kernels(Q, K, V, O, dO, lse, is_causal))
         if len(_bwd_plans) >= _MAX_PLANS:
             _bwd_plans.clear()
         plan = _bwd_plans[signature] = gluon_backward.Plan(Q.shape, K.shape, Q.device, Q.dtype, is_causal)
-    return plan.run(q, k, v, o, do, lse, _LAUNCHERS)
+    return plan.run(Q, K, V, O, dO, lse, _LAUNCHERS)
 
 
 def backward_label():

@@ -145,12 +145,6 @@ if HAVE_GLUON:
         return gl.convert_layout(x.reshape([16, 256]), _flat_layout(), assert_trivial=True)
 
     @gluon.jit
-    def _descriptor(t, shape, strides, block, layout: gl.constexpr):
-        """A 4-D TMA descriptor over t where it lies: shape (batch, head, row, column), strides its
-        (batch, head, row) strides (the columns are contiguous)."""
-        return tma.make_tensor_descriptor(t, shape, [strides[0], strides[1], strides[2], 1], block, layout)
-
-    @gluon.jit
     def _load_tile(descs, rings, ready, free, i, seq, q_start, padded, D: gl.constexpr):
         """Query tile i, once its ring slot is free: a 16-bit tile (Q_i or dO_i) in 64-column chunks
         and its row statistic (L_i * log2(e) or D_i), all on one barrier. seq: batch, head, sequence."""
@@ -192,10 +186,10 @@ if HAVE_GLUON:
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
         n_b = N_SEQS // HEADS
-        q_desc = _descriptor(Q, [n_b, HEADS, N_QUERIES, D], q_strides, [1, 1, BLOCK_M, 64], layout)
-        do_desc = _descriptor(DO, [n_b, HEADS, N_QUERIES, D], do_strides, [1, 1, BLOCK_M, 64], layout)
-        k_desc = _descriptor(K, [n_b, HEADS, N_KEYS, D], k_strides, [1, 1, 64, 64], layout)
-        v_desc = _descriptor(V, [n_b, HEADS, N_KEYS, D], v_strides, [1, 1, 64, 64], layout)
+        q_desc = gluon_attention._descriptor(Q, [n_b, HEADS, N_QUERIES, D], q_strides, [1, 1, BLOCK_M, 64], layout)
+        do_desc = gluon_attention._descriptor(DO, [n_b, HEADS, N_QUERIES, D], do_strides, [1, 1, BLOCK_M, 64], layout)
+        k_desc = gluon_attention._descriptor(K, [n_b, HEADS, N_KEYS, D], k_strides, [1, 1, 64, 64], layout)
+        v_desc = gluon_attention._descriptor(V, [n_b, HEADS, N_KEYS, D], v_strides, [1, 1, 64, 64], layout)
         seq = (bh // HEADS, bh % HEADS, bh)
         # the row statistics, padded to whole query tiles: one flat float32 vector each
         padded = gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M
