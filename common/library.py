@@ -48,22 +48,44 @@ def namespace(module_name):
     return re.sub(r"\W", "_", name).strip("_") or "flash_attention_part"
 
 
-def _register(ns):
-    """Define ns::flash_forward and ns::flash_backward, their fake implementations and autograd."""
+def _empty(like, strided):
+    """What the fake implementations promise for an output shaped like `like`: like's layout
+    (torch.empty_like: a dense tensor's strides, else contiguous) for a part that reads strided
+    heads, contiguous for the others."""
+    return torch.empty_like(like) if strided else like.new_empty(like.shape)
 
-    # Outputs are made contiguous: the fake implementations promise contiguous tensors whatever the
-    # input strides (part 0's empty_like(Q) would otherwise copy a transposed Q's layout), and a
-    # compiled graph relies on that promise. Already contiguous outputs are returned as they are.
-    @torch.library.custom_op(f"{ns}::flash_forward", mutates_args=(), tags=_CONTIGUOUS)
+
+def _like(t, like, strided):
+    """t in the layout _empty promises, exactly: a copy only where t is not already laid out so. t is
+    a fresh (dense) output: with like's strides, like is dense too, and empty_like keeps them."""
+    if not strided:
+        return t.contiguous()
+    if t.stride() == like.stride():
+        return t
+    out = torch.empty_like(like)
+    return t if t.stride() == out.stride() else out.copy_(t)
+
+
+def _register(ns, strided=False):
+    """Define ns::flash_forward and ns::flash_backward, their fake implementations and autograd.
+
+    A compiled graph relies on the fake implementations' output strides, so the real outputs are put
+    in exactly those. strided=False: Inductor hands the ops contiguous inputs (needs_contiguous_strides)
+    and the outputs are contiguous. strided=True (a part that reads a model's transposed heads where
+    they lie): the inputs come as the model made them, and O, dQ, dK, dV come back laid out as Q, Q,
+    K, V (empty_like's strides), as SDPA returns them."""
+    tags = () if strided else _CONTIGUOUS
+
+    @torch.library.custom_op(f"{ns}::flash_forward", mutates_args=(), tags=tags)
     def forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, Tensor]:
         O, L = _IMPLS[ns][0](q, k, v, is_causal)
-        return O.contiguous(), L.contiguous()
+        return _like(O, q, strided), L.contiguous()
 
     @forward.register_fake
     def _(q, k, v, is_causal):
-        return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)  # O like q, L float32
+        return _empty(q, strided), q.new_empty(q.shape[:-1], dtype=torch.float32)  # O like q, L float32
 
-    @torch.library.custom_op(f"{ns}::flash_backward", mutates_args=(), tags=_CONTIGUOUS)
+    @torch.library.custom_op(f"{ns}::flash_backward", mutates_args=(), tags=tags)
     def backward(
         q: Tensor,
         k: Tensor,
@@ -74,11 +96,11 @@ def _register(ns):
         is_causal: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
         dQ, dK, dV = _IMPLS[ns][1](q, k, v, O, L, dO, is_causal)
-        return dQ.contiguous(), dK.contiguous(), dV.contiguous()
+        return _like(dQ, q, strided), _like(dK, k, strided), _like(dV, v, strided)
 
     @backward.register_fake
     def _(q, k, v, O, L, dO, is_causal):
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        return _empty(q, strided), _empty(k, strided), _empty(v, strided)
 
     def setup_context(ctx, inputs, output):
         q, k, v, is_causal = inputs
@@ -126,7 +148,7 @@ def custom_op(flash_attention):
     ns = namespace(flash_attention.__module__)
     _IMPLS[ns] = (module["flash_forward"], module["flash_backward"])
     if ns not in _OPS:
-        _OPS[ns] = _register(ns)
+        _OPS[ns] = _register(ns, strided=module.get("STRIDED_HEADS", False))
     op = getattr(torch.ops, ns).flash_forward.default
     launches_triton = "triton" in module
     grouped = module.get("GROUPED_HEADS", False)  # the part takes k and v with fewer heads than q

@@ -197,6 +197,7 @@ def _attn_fwd(
 # tl kernels take them all (a test that rewrites their text sets it, so that the rewritten kernel runs).
 GLUON = True
 GROUPED_HEADS = True  # K and V may have H_kv heads, H_kv dividing Q's H (common.hf passes them as they are)
+STRIDED_HEADS = True  # its op takes a model's transposed heads as they are (common/library.py: no contiguous copies)
 # FlashAttention.apply(q, k, v, True, bottom_right=True): the causal diagonal aligned bottom-right, query i
 # seeing keys up to i + N_k - N_q (queries continuing a key/value cache). The kernels get it as IS_CAUSAL = 2;
 # part 4's kernels take it, the Gluon kernels do not (yet).

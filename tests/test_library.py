@@ -50,7 +50,8 @@ def test_op_matches_apply(part, dtype, is_causal):
 def test_opcheck(part):
     """torch.library.opcheck: schema, fake implementation (shapes, dtypes, strides), autograd
     registration, and tracing with dynamic shapes, for both ops. The transposed q checks that the
-    ops return contiguous outputs, as their fake implementations promise, whatever the input strides."""
+    ops return the layouts their fake implementations promise, whatever the input strides: contiguous,
+    or q's, k's and v's own for a part that reads strided heads (part 5's STRIDED_HEADS)."""
     namespace = ops(parts.load(part))
     q, k, v, do = make_inputs(RAGGED, torch.float32, DEVICE, seed=4)
     q = q.transpose(-2, -3).contiguous().transpose(-2, -3)  # (B, N, H, D) memory, seen as (B, H, N, D)
