@@ -561,16 +561,9 @@ _bwd_plans = {}
 
 def _gluon_backward(Q, K, V, O, L, dO, is_causal):
     """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches. Grouped heads:
-    the kernel takes one key/value head per query head, so K and V are repeated for their group and
-    dK, dV summed over it after, as cuDNN does (a program walking its group would make H / H_kv times
-    fewer programs: fewer than the SMs at short N); torch sums bf16 and fp16 in float32, rounding once."""
-    if K.shape != Q.shape[:-2] + K.shape[-2:]:
-        group = Q.shape[-3] // K.shape[-3]
-        k, v = (t.repeat_interleave(group, dim=-3) for t in (K, V))
-        dq, dk, dv = _gluon_backward(Q, k, v, O, L, dO, is_causal)
-        # summed in float32, rounded once, into K's and V's layout (a model's transposed heads: no copy after)
-        dk, dv = (torch.sum(g.unflatten(-3, (-1, group)), -3, out=torch.empty_like(t)) for g, t in ((dk, K), (dv, V)))
-        return dq, dk, dv
+    the kernel reads each query head's key/value head, makes dK and dV per query head, and sums them
+    over each group after, as cuDNN does (a program walking its group would make H / H_kv times fewer
+    programs: fewer than the SMs at short N); torch sums bf16 and fp16 in float32, rounding once."""
     lse = L.contiguous()  # Q, K, V, O, dO are read where they lie (plan.run: gluon_attention.heads)
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
     plan = _bwd_plans.get(signature)

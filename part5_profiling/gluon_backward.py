@@ -39,6 +39,9 @@ per tile pair where five would do. This kernel makes the five once. It is built 
 - bwd7: heads read and written where they lie (the forward's fwd9): Q, K, V, O and dO through 4-D
   descriptors or addresses with their own (batch, head, row) strides, and dQ, dK, dV written in the
   layout of Q, K and V, so a model's transposed heads are not copied on the way in or out.
+- bwd8: grouped key/value heads read where they are (the forward's fwd8): the loader takes query
+  head h's K and V from key/value head h // Q_PER_KV, so K and V are not repeated for each group;
+  dK and dV are still made per query head and summed over each group after (Plan.run).
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
@@ -178,18 +181,20 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr,
     ):
         """One warp: the program's K and V (once), then Q_i with L_i * log2(e), and dO_i with D_i,
-        each as soon as its buffer is free. strides: HEADS, then Q's, K's, V's and dO's (batch,
-        head, row) strides: 4-D descriptors read each where it lies."""
+        each as soon as its buffer is free. strides: HEADS, Q_PER_KV, then Q's, K's, V's and dO's
+        (batch, head, row) strides: 4-D descriptors read each where it lies; query head h reads
+        key/value head h // Q_PER_KV."""
         bh, k_start, q_lo, n_q_tiles, N_QUERIES, N_KEYS, N_SEQS = sizes
-        HEADS, q_strides, k_strides, v_strides, do_strides = strides
+        HEADS, Q_PER_KV, q_strides, k_strides, v_strides, do_strides = strides
         k_smem, v_smem, q_ring, do_ring, l2_ring, delta_ring, kv_ready, q_ready, q_free, do_ready, do_free = loads
         CHUNKS: gl.constexpr = D // 64
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=4)
         n_b = N_SEQS // HEADS
         q_desc = gluon_attention._descriptor(Q, [n_b, HEADS, N_QUERIES, D], q_strides, [1, 1, BLOCK_M, 64], layout)
         do_desc = gluon_attention._descriptor(DO, [n_b, HEADS, N_QUERIES, D], do_strides, [1, 1, BLOCK_M, 64], layout)
-        k_desc = gluon_attention._descriptor(K, [n_b, HEADS, N_KEYS, D], k_strides, [1, 1, 64, 64], layout)
-        v_desc = gluon_attention._descriptor(V, [n_b, HEADS, N_KEYS, D], v_strides, [1, 1, 64, 64], layout)
+        n_kv = HEADS // Q_PER_KV
+        k_desc = gluon_attention._descriptor(K, [n_b, n_kv, N_KEYS, D], k_strides, [1, 1, 64, 64], layout)
+        v_desc = gluon_attention._descriptor(V, [n_b, n_kv, N_KEYS, D], v_strides, [1, 1, 64, 64], layout)
         seq = (bh // HEADS, bh % HEADS, bh)
         # the row statistics, padded to whole query tiles: one flat float32 vector each
         padded = gl.cdiv(N_QUERIES, BLOCK_M) * BLOCK_M
@@ -199,7 +204,7 @@ if HAVE_GLUON:
         mbarrier.expect(kv_ready, 2 * 2 * 64 * D * 2)  # keys past N_KEYS arrive as zeros, and count
         for c in gl.static_range(CHUNKS):  # chunk c of warpgroup w's keys: buffer 2c + w
             for w in gl.static_range(2):
-                k_at = [seq[0], seq[1], k_start + w * 64, c * 64]
+                k_at = [seq[0], seq[1] // Q_PER_KV, k_start + w * 64, c * 64]
                 tma_load(k_desc, k_at, kv_ready, k_smem.index(c * 2 + w).reshape([1, 1, 64, 64]))
                 tma_load(v_desc, k_at, kv_ready, v_smem.index(c * 2 + w).reshape([1, 1, 64, 64]))
         for i in range(n_q_tiles):
@@ -367,7 +372,7 @@ if HAVE_GLUON:
             gl.store(DK + dk_at + 64, (dk1 * scale).to(DK.dtype.element_ty), mask=keep)
             gl.store(DV + dv_at + 64, dv1.to(DV.dtype.element_ty), mask=keep)
 
-    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "HEADS", *STRIDES])
+    @gluon.jit(do_not_specialize=["N_QUERIES", "N_KEYS", "N_SEQS", "GROUP", "HEADS", "Q_PER_KV", *STRIDES])
     def _attn_bwd_gluon(
         Q,
         K,
@@ -383,6 +388,7 @@ if HAVE_GLUON:
         N_SEQS,
         GROUP,
         HEADS,
+        Q_PER_KV,
         stride_qb,
         stride_qh,
         stride_qn,
@@ -467,7 +473,14 @@ if HAVE_GLUON:
         outs = (DK, DV, DQ, HEADS, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn)
         work = (outs, scale, n_masked, sizes, loads, exchange)
         q_strides, k_strides = (stride_qb, stride_qh, stride_qn), (stride_kb, stride_kh, stride_kn)
-        strides = (HEADS, q_strides, k_strides, (stride_vb, stride_vh, stride_vn), (stride_dob, stride_doh, stride_don))
+        strides = (
+            HEADS,
+            Q_PER_KV,
+            q_strides,
+            k_strides,
+            (stride_vb, stride_vh, stride_vn),
+            (stride_dob, stride_doh, stride_don),
+        )
         gl.warp_specialize(
             [
                 (_bwd_partition, (work, 0, D, BLOCK_M)),
@@ -604,8 +617,9 @@ class Plan:
     programs of each launch, their keys and arguments, the compile-time constants. A repeated call
     of the same shapes (a training loop) reuses it and pays only for its allocations and launches.
 
-    q_shape, k_shape: the shapes of the caller's Q and K, (BH, N, D) or (..., N, D); the gradients come
-    back in them. order: ORDER's program order (None: default_order)."""
+    q_shape, k_shape: the shapes of the caller's Q and K, (BH, N, D) or (..., N, D), K with as many
+    heads as Q or fewer (grouped heads); the gradients come back in them. order: ORDER's program
+    order (None: default_order)."""
 
     def __init__(self, q_shape, k_shape, device, dtype, is_causal, order=None, l2_budget=L2_BUDGET):
         n_q, n_k, d = q_shape[-2], k_shape[-2], q_shape[-1]
@@ -620,20 +634,25 @@ class Plan:
         group = group_size(n_seqs, n_q, d, l2_budget)  # used by ORDER == GROUPED only
         self.main = ((device, dtype, d, is_causal, int(self.meta["ORDER"])), lambda _: n_main)
         self.main_args = (n_q, n_k, n_seqs, group)
+        self.q_per_kv = n_seqs // math.prod(k_shape[:-2])  # grouped heads: query heads per key/value head
         self.scale = d**-0.5
         self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
 
     def run(self, q, k, v, o, do, lse, launchers):
         """dQ, dK, dV (shaped like the plan's Q and K, laid out as q, k and v where those are dense) of
         q, k, v, o, do (the plan's shapes, any strides: gluon_attention.heads reads them in place or
-        copies them) and a contiguous lse, with launchers as launch() takes them."""
+        copies them) and a contiguous lse, with launchers as launch() takes them. Grouped heads: the
+        kernel makes dK and dV per query head, and they are summed over each group here."""
         prepare, main, convert = launchers
+        K, V = k, v
         (q, sq), (k, sk), (v, sv), (o, so), (do, sdo) = (gluon_attention.heads(t) for t in (q, k, v, o, do))
         n_heads = q.shape[1]
         stats = torch.empty(self.stats_shape, dtype=torch.float32, device=self.device)
         dq32 = torch.empty(self.dq32_shape, dtype=torch.float32, device=self.device)
         lse2, delta = stats[0], stats[1]
-        (dk, sdk), (dv, sdv) = gluon_attention.heads(torch.empty_like(k)), gluon_attention.heads(torch.empty_like(v))
+        grouped = self.q_per_kv > 1  # dK and dV made per query head, summed over each group below
+        grads = (t.new_empty((*q.shape[:2], *t.shape[2:])) if grouped else torch.empty_like(t) for t in (k, v))
+        (dk, sdk), (dv, sdv) = (gluon_attention.heads(g) for g in grads)
         dq, sdq = gluon_attention.heads(torch.empty_like(q))
         wide = gluon_attention.stride_key((), (*sq, *sk, *sv, *so, *sdo, *sdk, *sdv, *sdq))  # 64-bit: other binaries
         key, grid, args, meta = self.prepare
@@ -641,10 +660,18 @@ class Plan:
         key, grid = self.main
         strides = (*sq, *sk, *sv, *sdo, *sdk, *sdv)
         tensors = (q, k, v, do, lse2, delta, dk, dv, dq32)
-        main((*key, *wide), grid, *tensors, *self.main_args, n_heads, *strides, self.scale, **self.meta)
+        main((*key, *wide), grid, *tensors, *self.main_args, n_heads, self.q_per_kv, *strides, self.scale, **self.meta)
         key, grid, args, meta = self.convert
         convert((*key, *wide), grid, dq32, dq, *args, n_heads, *sdq, self.scale, **meta)
-        return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
+        if not grouped:
+            return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
+        # summed in float32, rounded once, into K's and V's layout (a model's transposed heads: no copy)
+        per_query_head = self.q_shape[:-2] + self.k_shape[-2:]
+        sums = (
+            torch.sum(g.view(per_query_head).unflatten(-3, (-1, self.q_per_kv)), -3, out=torch.empty_like(t))
+            for g, t in ((dk, K), (dv, V))
+        )
+        return dq.view(self.q_shape), *sums
 
 
 def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
