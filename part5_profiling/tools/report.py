@@ -44,7 +44,7 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd7
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd8
 
 
 def _ladder(gpu_dir):
@@ -94,10 +94,9 @@ def table_ladder(gpu_dir):
             body.append([*line, part4.get((ladder, 128, 1), (None, "-"))[1] if step == "part4" else stall])
     header = ["step", "what it adds", "pass", *(x for d, c in LADDER_SHAPES for x in (_shape(d, c), "tensor pipe"))]
     caption = (
-        "N = 4096, B=4, H=8, bf16, CUDA-graph replay, each step checked on the timed inputs first: TFLOP/s of the "
-        "step's pass (the backward alone counts 2.5 times the forward's FLOPs) and, in brackets, its speed over SDPA "
-        "cuDNN's; the tensor pipe's active share and the top stall at D = 128 causal (warps stalled per instruction "
-        "issued), from ncu; part 4's counters from the profile of every part:"
+        "N = 4096, B=4, H=8, bf16, CUDA-graph replay, checked first: TFLOP/s (the backward counts 2.5 times the "
+        "forward's FLOPs) and, in brackets, speed over SDPA cuDNN's; ncu's tensor-pipe share and top stall at "
+        "D = 128 causal (warps stalled per instruction issued); part 4's from the profile of every part:"
     )
     return _table(rows, LADDER, caption, [*header, "top stall"], body, "lll" + "rr" * len(LADDER_SHAPES) + "l")
 
