@@ -115,8 +115,6 @@ results: $(ENV) test
 	$(PYTHON) -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs $(FP32_DKDV)
 	$(PYTHON) -m part4_backward.sweep --kernel dq --dtype fp32 --configs $(FP32_DQ)
 	$(PYTHON) -m part3_inner_loop.ablation
-	$(PYTHON) -m part3_inner_loop.p_cast
-	$(PYTHON) -m part3_inner_loop.launch_order
 	$(PYTHON) -m part4_backward.dq_atomics
 	$(PYTHON) -m part4_backward.memory
 	$(PYTHON) -m part5_profiling.tools.ceilings

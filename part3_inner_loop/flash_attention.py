@@ -125,7 +125,7 @@ def _attn_fwd(
 ):
     # One grid axis of N_SEQS * (query tiles) programs (axis 0 allows 2**31 - 1; the others stop at
     # 65535). The GPU starts programs roughly in index order, so the index -> (query tile, sequence)
-    # map decides what runs together (launch_order.py times the choices). Causal, the last query
+    # map decides what runs together. Causal, the last query
     # tiles hold the most keys: consecutive programs take the same query tile of consecutive
     # sequences, last tile first, so the longest programs start first and the short ones fill the GPU
     # at the end. Not causal, every program does the same work: consecutive programs take consecutive

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common import parts
-from common.check import check_outputs, check_part
+from common.check import check_part
 from common.inputs import Shape, make_inputs
 from tests.helpers import DEVICE, assert_report_ok
 
@@ -54,79 +54,23 @@ def test_tile_picture_matches_brute_force(part, causal):
                         assert all(map(all, seen)), (bm, bn, n_q, n_k, q_start, k_start)
 
 
-@pytest.mark.only_parts(3)
-def test_the_orders_part3_ships_are_part3_bit_for_bit(part):
-    """The launch-order study's patches whose order is the one part 3 ships for a causal flag
-    (tools/variants/tile_major_last_first.diff causal, sequence_major.diff not) give part 3's O and
-    L bit for bit there, ragged; the study marks exactly those as shipped."""
-    from part3_inner_loop import launch_order
-
-    module = parts.load(part)
-    q, k, v, _ = make_inputs(Shape((2, 3), 100, 77, 32), torch.float32, DEVICE, seed=11)
-    for causal in (False, True):
-        order = launch_order.SHIPPED_ORDER[causal]
-        variant = parts.load_variant(part, launch_order.ORDERS[order])
-        got, want = variant.flash_forward(q, k, v, causal), module.flash_forward(q, k, v, causal)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), f"{order}, causal={causal}"
-    assert launch_order.SHIPPED_ORDER == {False: "sequence-major", True: "tile-major, last tile first"}
-
-
-@pytest.mark.only_parts(3)
-@pytest.mark.parametrize(
-    "order",
-    [
-        "sequence-major",
-        "sequence-major, last tile first",
-        "tile-major, last tile first",
-        "tile-major in groups of 4 sequences, last tile first",
-    ],
-)
-def test_every_launch_order_is_correct(part, order):
-    """Each order the launch-order study times computes the same attention (ragged N, N_q != N_k,
-    causal; more query tiles than sequences and the reverse; a last group of fewer than 4)."""
-    from part3_inner_loop import launch_order
-
-    assert len(launch_order.ORDERS) == 4, "a new order: extend the parametrisation above"
-    forward = parts.load_variant(part, launch_order.ORDERS[order]).flash_forward
-    for causal in (False, True):
-        for shape in (Shape((2, 3), 200, 136, 32), Shape((3, 5), 16, 40, 16)):
-            q, k, v, do = make_inputs(shape, torch.float32, DEVICE, seed=7)
-            o, lse = forward(q, k, v, causal)
-            assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), f"{order} {shape}")
-
-
-@pytest.mark.only_parts(3)
-@pytest.mark.parametrize("product", ["P float32, TF32 product", "P float32, IEEE product"])
-def test_p_kept_in_float32_still_computes_attention(part, product):
-    """The P-cast study's patches: P kept in float32 (V widened), product TF32 or IEEE, are attention too;
-    its first variant is part 3's kernel as it ships."""
-    from part3_inner_loop import p_cast
-
-    assert p_cast.P_PRODUCTS["P cast to the input dtype (part 3)"] is None
-    forward = p_cast.variant_forward(p_cast.P_PRODUCTS[product])
-    q, k, v, do = make_inputs(Shape((2, 3), 100, 77, 32), torch.float16, DEVICE, seed=13)
-    for causal in (False, True):
-        o, lse = forward(q, k, v, causal)
-        assert_report_ok(check_outputs({"O": o, "L": lse}, q, k, v, do, causal), f"{product} causal={causal}")
-
-
-STUDY_PATCHES = sorted((n, p.stem) for n in (3, 4) for p in (parts.folder(n) / "tools" / "variants").glob("*.diff"))
+STUDY_PATCHES = sorted((4, p.stem) for p in (parts.folder(4) / "tools" / "variants").glob("*.diff"))
 
 
 @pytest.mark.parametrize("n, name", STUDY_PATCHES, ids=[f"part{n}-{name}" for n, name in STUDY_PATCHES])
 def test_every_study_patch_applies_and_runs(n, name):
-    """Each study's patch on part 3's or part 4's kernel (tools/variants/*.diff) applies to the kernel
-    as it is now, the patched file imports (under the interpreter here), and it computes a tiny
-    case correctly: the forward, and from part 4 on the backward too."""
+    """Each study's patch on part 4's kernel (tools/variants/*.diff) applies to the kernel as it is
+    now, the patched file imports (under the interpreter here), and it computes a tiny case
+    correctly, forward and backward."""
     from common import steps
 
     assert steps.variant(n, name) != parts.path(n).read_text(), "a patch that changes nothing"
     module = parts.load_variant(n, name)
     q, k, v, do = make_inputs(Shape((1, 2), 40, 33, 16), torch.float32, DEVICE, seed=3)
     for causal in (False, True):
-        assert_report_ok(check_part(module, q, k, v, do, causal, grads=n >= 4), f"{name} causal={causal}")
+        assert_report_ok(check_part(module, q, k, v, do, causal), f"{name} causal={causal}")
 
 
 def test_every_part_with_study_patches_has_some():
-    """The studies that patch parts 3 and 4 keep their patches where common.steps.variant looks."""
-    assert {n for n, _ in STUDY_PATCHES} == {3, 4} and (4, "atomic_dq") in STUDY_PATCHES
+    """The study that patches part 4 keeps its patch where common.steps.variant looks."""
+    assert (4, "atomic_dq") in STUDY_PATCHES
