@@ -4,7 +4,6 @@
     python -m common.coldstart --part 2 --dtype fp32 --causal 0 --shape small --timeout 60
     python -m common.coldstart --parallel 8             # eight processes at once, each with its own cache
     python -m common.coldstart --autotune --part 2      # part 2's autotuner, cold and warm (make autotune)
-    python -m common.coldstart --large --part 4         # a long input's first call, tuned on a few sequences or all
 
 A first call compiles its kernels (an @triton.autotune kernel also compiles and times every
 configuration left after pruning). Triton keeps what it compiled on disk, so each job runs in a new
@@ -17,9 +16,7 @@ calls" runs float32 forward and backward, non-causal then causal, in one process
 results/<gpu>/cold_start.csv by KEY, which holds the commit, so two commits stay side by side.
 --autotune: per part, a "cold cache" then a "warm disk cache" process on one new cache, each timing
 the first bf16 call at N = 4096, the steady state and a first call at N = 8192 (a new N bucket):
-results/<gpu>/part<N>_autotune.csv. --large: per part, bf16 causal at (9, 32, 65536, 128), once as
-launch.tune does it (the autotuners time their configurations on a few sequences) and once timing
-them on the whole input: results/<gpu>/first_call_large.csv. Only the standard library and
+results/<gpu>/part<N>_autotune.csv. Only the standard library and
 common.parts are imported at the top: a measuring process times `import torch` and the part's
 import itself.
 """
@@ -40,10 +37,8 @@ from pathlib import Path
 from common import PROVENANCE, ROOT, parts
 
 DTYPES = ("fp32", "fp16", "bf16")
-SHAPES = {"small": ((4,), 128, 64), "bench": ((4, 8), 4096, 64), "large": ((9, 32), 65536, 128)}  # (lead, N, D)
+SHAPES = {"small": ((4,), 128, 64), "bench": ((4, 8), 4096, 64)}  # (lead, N, D)
 ONE, FOUR = "one shape class", "four calls"  # the scenarios: one process each
-WHOLE = "timed on the whole input"  # --large: one shape class with launch.tune's bound off
-LARGE_FILENAME = "first_call_large.csv"
 FIRST = ("first forward", "first backward")
 STEPS = ("import torch", "import part", *FIRST, "second call", "four calls", "process")
 FIELDS = ["part", "scenario", "device", "dtype", "causal", "shape", "B", "H", "N", "D", "step", "seconds"]
@@ -105,10 +100,6 @@ def child(job):
     start = time.perf_counter()
     module, tuners, device, sync = _loaded(job["part"])
     _emit(step="import part", seconds=time.perf_counter() - start)
-    if job["scenario"] == WHOLE:
-        from common import launch
-
-        launch.TUNE_SCORES = float("inf")
     from common.inputs import Shape, make_inputs
 
     lead, n, d = SHAPES[job["shape"]]
@@ -267,7 +258,6 @@ def arguments(argv=None, compiled=None):
     ap.add_argument("--parallel", type=int, default=1, metavar="J", help="processes at once (default 1)")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S", help="seconds before a kill")
     ap.add_argument("--autotune", action="store_true", help="the autotuner's cost, cold and warm (with --part)")
-    ap.add_argument("--large", action="store_true", help="a long input's first call, tuned two ways (GPU)")
     args = ap.parse_args(argv)
     if compiled is None:
         from common import runtime
@@ -282,10 +272,8 @@ def arguments(argv=None, compiled=None):
     args.dtype = tuple(args.dtype or (DTYPES if compiled else DTYPES[:2]))
     args.shape = tuple(args.shape or (("small", "bench") if compiled else ("small",)))
     args.causal = tuple(bool(c) for c in args.causal) if args.causal else (False, True)
-    if not compiled and ("bf16" in args.dtype or {"bench", "large"} & set(args.shape) or args.large):
-        ap.error(
-            "bf16, --shape bench and --large need a GPU: the interpreter refuses bf16 and would take hours at N = 4096"
-        )
+    if not compiled and ("bf16" in args.dtype or "bench" in args.shape):
+        ap.error("bf16 and --shape bench need a GPU: the interpreter refuses bf16 and would take hours at N = 4096")
     if args.parallel < 1 or args.timeout <= 0:
         ap.error("--parallel must be 1 or more and --timeout positive")
     return args
@@ -304,11 +292,6 @@ def main(argv=None):
     device = runtime.DEVICE.type + ("" if runtime.COMPILED else ", interpreter")
     meta = dict(results.provenance(), device=device, parallel=args.parallel, timeout=f"{args.timeout:g}")
     rows, todo, path = [], jobs(args), results.results_dir() / FILENAME
-    if args.large:
-        todo = [
-            dict(part=n, scenario=s, dtype="bf16", shape="large", causal=1) for n in args.part for s in (ONE, WHOLE)
-        ]
-        path = results.results_dir() / LARGE_FILENAME
     code = "from common.coldstart import child, leave; child({!r}); leave()"
     print(f"{len(todo)} fresh processes, {args.parallel} at a time, each with an empty Triton cache")
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
@@ -428,36 +411,6 @@ def table(gpu_dir):
             markdown_table(["part", *columns(steps)], [[g[0], *line(g, steps)] for g in groups(FOUR)], "l" + width),
         ]
     return "\n".join(out)
-
-
-def large_table(gpu_dir):
-    """first_call_large.csv: per part, the first forward, first backward and second call of a long
-    input, tuned on a few sequences (launch.tune) and on the whole input."""
-    from common.results import markdown_table, provenance_line, read_csv
-
-    rows = read_csv(gpu_dir / LARGE_FILENAME)
-    by = {(r["part"], r["scenario"], r["step"]): r for r in rows}
-    steps = (*FIRST, "second call")
-    body = []
-    for part, scenario in dict.fromkeys((r["part"], r["scenario"]) for r in rows):
-        label = "on its leading sequences (launch.tune)" if scenario == ONE else "on the whole input"
-        cells = [by.get((part, scenario, s)) for s in steps]
-        body.append([part, label, *(_seconds(c and c["seconds"]) for c in cells)])
-        body[-1].append(sum(c["configs"] or 0 for c in cells if c))
-    from common.launch import TUNE_SCORES
-
-    lead, n, d = SHAPES["large"]
-    few = max(1, TUNE_SCORES // (n * n))
-    caption = (
-        f"Seconds in a fresh process with an empty Triton cache, bf16, causal, inputs of shape {(*lead, n, d)}: the "
-        f"autotuners time their configurations on the leading {few} of its {lead[0] * lead[1]} sequences (as every "
-        "call does now), or on all of it (launch.TUNE_SCORES off). Configurations timed: over the three calls."
-    )
-    head = ["part", "autotuners timed", *steps, "configurations timed"]
-    table = markdown_table(head, body, "llrrrr")
-    return "\n".join(
-        [provenance_line(rows, "python -m common.coldstart --large --part 4 && make report"), "", caption, "", table]
-    )
 
 
 def summary(gpu_dir):

@@ -439,7 +439,6 @@ def all_tables(reports):
     tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
     tables |= {"train-step-summary": train_step.summary, "decode": train_step.decode_table}
     tables["targets"] = targets.table
-    tables["first-call-large"] = coldstart.large_table
     tables["progression"] = table_progression
     for n in parts.folders():
         tables |= {

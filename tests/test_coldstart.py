@@ -203,7 +203,6 @@ def test_the_defaults_and_the_jobs_they_make():
     [
         (["--dtype", "bf16"], "need a GPU"),
         (["--shape", "bench"], "need a GPU"),
-        (["--large"], "--large need a GPU"),
         (["--part", "9"], "part 9 does not exist"),
         (["--parallel", "0"], "--parallel must be 1 or more"),
         (["--timeout", "0"], "--timeout positive"),
