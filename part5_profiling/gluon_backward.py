@@ -473,14 +473,8 @@ if HAVE_GLUON:
         outs = (DK, DV, DQ, HEADS, stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn)
         work = (outs, scale, n_masked, sizes, loads, exchange)
         q_strides, k_strides = (stride_qb, stride_qh, stride_qn), (stride_kb, stride_kh, stride_kn)
-        strides = (
-            HEADS,
-            Q_PER_KV,
-            q_strides,
-            k_strides,
-            (stride_vb, stride_vh, stride_vn),
-            (stride_dob, stride_doh, stride_don),
-        )
+        v_strides, do_strides = (stride_vb, stride_vh, stride_vn), (stride_dob, stride_doh, stride_don)
+        strides = (HEADS, Q_PER_KV, q_strides, k_strides, v_strides, do_strides)
         gl.warp_specialize(
             [
                 (_bwd_partition, (work, 0, D, BLOCK_M)),
