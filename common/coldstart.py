@@ -305,179 +305,64 @@ def main(argv=None):
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
-# ------------------------------------------------------------------------------------ the tables
-def _seconds(x):
-    return "—" if x is None else f"{x:.3g}"
-
-
-def _history_position(commit):
-    """How many commits lead to this one (git rev-list --count), so that an older commit sorts first
-    even when it was measured later; -1 where git cannot say (no repository, an unknown commit)."""
-    try:
-        out = subprocess.run(["git", "rev-list", "--count", str(commit)], cwd=ROOT, capture_output=True, text=True)
-        return int(out.stdout.strip()) if out.returncode == 0 else -1
-    except (OSError, ValueError):
-        return -1
-
-
-def _commits_in_order(rows):
-    """The rows' commits, oldest first: in the repository's history where git knows every one of
-    them, otherwise by the date of their first row."""
-    first_date = {}
-    for r in rows:
-        first_date[r["commit"]] = min(first_date.get(r["commit"], r["date"]), r["date"])
-    position = {c: _history_position(c) for c in first_date}
-    if any(p < 0 for p in position.values()):
-        position = dict.fromkeys(first_date, 0)
-    return sorted(first_date, key=lambda c: (position[c], first_date[c]))
-
-
-def _compared(rows, measured=None):
-    """The commits a table (or one of its columns) compares, oldest first: the newest commit with rows
-    that `measured` accepts (any, by default), and before it the latest earlier such commit measured
-    with as many processes at once (a process sharing the CPU compiles slower)."""
-    have = [
-        c for c in _commits_in_order(rows) if any(measured is None or measured(r) for r in rows if r["commit"] == c)
-    ]
-    if not have:
-        return []
-    at_once = lambda c: max((r["parallel"] or 1 for r in rows if r["commit"] == c), default=1)  # noqa: E731
-    return [*[c for c in have[:-1] if at_once(c) == at_once(have[-1])][-1:], have[-1]]
-
-
+# ------------------------------------------------------------------------------------ the table
 def table(gpu_dir):
-    """cold_start.csv as a table: per part, dtype, causal flag and shape, the first forward, first
-    backward and second call; the four calls below it; two commits side by side where there are more."""
+    """cold_start.csv as a table: per part, dtype, causal flag and shape, the newest process's first
+    forward, first backward and second call, with its commit; below, each part's four calls. A later
+    run replaces a line; the earlier runs stay in the CSV, each row with its commit."""
     from common.results import markdown_table, provenance_line, read_csv
 
-    rows = read_csv(gpu_dir / FILENAME)
-    commits = _compared(rows)
-    rows = [r for r in rows if r["commit"] in commits]
-    by = {(r["commit"], r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"], r["step"]): r for r in rows}
+    runs = {}  # (part, scenario, dtype, shape, causal) -> {(date, commit): {step: row}}
+    for r in read_csv(gpu_dir / FILENAME):
+        group = (r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"])
+        runs.setdefault(group, {}).setdefault((str(r["date"]), r["commit"]), {})[r["step"]] = r
+    newest = {group: by_run[max(by_run)] for group, by_run in runs.items()}
+    names = ("part", "scenario", "dtype", "shape", "causal")
+    groups = sorted(newest, key=lambda g: order(dict(zip(names, g), step="", date="")))
 
-    def cell(commit, group, step):
-        r = by.get((commit, *group, step))
-        if r is not None:
-            return _seconds(r["seconds"])
-        process = by.get((commit, *group, "process")) or {}
-        status = process.get("status") or ""
+    def cell(steps, step):
+        if step in steps:
+            return f"{steps[step]['seconds']:.3g}"
+        process = steps.get("process", {})
+        status = str(process.get("status") or "")
         if status.startswith("timeout"):
-            return f"> {_seconds(process['timeout'])} (killed)" if process.get("timeout") else "timed out"
+            return f"> {process['timeout']:g} (killed)" if process.get("timeout") else "timed out"
         return "error" if status.startswith("error") else "—"
 
-    def columns(names):
-        return [f"{name}, {c}" if len(commits) > 1 else name for name in names for c in commits]
+    def lines(scenario, steps, label):
+        chosen = [g for g in groups if g[1] == scenario and (scenario == ONE or g[4] is None)]
+        return [[*label(g), *(cell(newest[g], s) for s in steps), first(newest[g])["commit"]] for g in chosen]
 
-    def line(group, steps):
-        return [cell(c, group, step) for step in steps for c in commits]
-
-    def groups(scenario):  # one process each (the four calls' per-call rows left out)
-        names = ("part", "scenario", "dtype", "shape", "causal")
-        keys = {tuple(r[x] for x in names) for r in rows if r["scenario"] == scenario}
-        keys = {g for g in keys if scenario == ONE or g[4] is None}
-        return sorted(keys, key=lambda g: order(dict(zip(names, g), step="", date="")))
-
-    def shape(name):
-        lead, n, d = SHAPES[name]
-        return f"({', '.join(map(str, (*lead, n, d)))})"
-
-    one = (*FIRST, "second call")
-    body = [[g[0], g[2], "yes" if g[4] else "no", shape(g[3]), *line(g, one)] for g in groups(ONE)]
+    first = lambda steps: next(iter(steps.values()))  # noqa: E731
+    shape = lambda name: str((*SHAPES[name][0], *SHAPES[name][1:]))  # noqa: E731
+    one = lines(ONE, (*FIRST, "second call"), lambda g: (g[0], g[2], "yes" if g[4] else "no", shape(g[3])))
+    four = lines(FOUR, ("import part", "four calls", "process"), lambda g: (g[0],))
+    shown = [r for g in groups for r in newest[g].values()]
     caption = (
         "Seconds in a fresh Python process whose Triton cache (TRITON_CACHE_DIR) is a new, empty folder, one process "
-        "per line: whatever the first call needs compiled, it compiles. Second call: forward and backward again, "
-        "nothing left to compile. Shapes: (batch, seq, D), and the benchmark's (B, H, N, D)."
+        "per line (the newest; its commit in the last column): whatever the first call needs compiled, it compiles. "
+        "Second call: forward and backward again, nothing left to compile. Shapes: (batch, seq, D), and the "
+        "benchmark's (B, H, N, D)."
     )
-    if len(commits) > 1:
-        caption += f" Before and after: commit {commits[0]}, then {commits[1]}."
-    if any(r["gpu"] == "cpu" for r in rows):
+    if any(r["gpu"] == "cpu" for r in shown):
         caption += (
             " On a CPU these are the times of Triton's interpreter, which compiles nothing: a first call is not "
             "slower for compiling, and the times say nothing of a GPU's."
         )
-    jobs_at_once = sorted({(r["commit"], r["parallel"]) for r in rows if r["parallel"] is not None})
-    if jobs_at_once:
-        caption += " Processes run at once: " + ", ".join(f"{j} ({c})" for c, j in jobs_at_once) + "."
-    width = "r" * len(commits) * 3
-    out = [provenance_line(rows, "make coldstart && make report"), "", caption, ""]
-    out.append(markdown_table(["part", "dtype", "causal", "shape", *columns(one)], body, "llll" + width))
-    steps = ("import part", "four calls", "process")
-    if groups(FOUR):
+    at_once = sorted({(r["commit"], r["parallel"]) for r in shown if r["parallel"] is not None})
+    caption += " Processes run at once: " + ", ".join(f"{j} ({c})" for c, j in at_once) + "." if at_once else ""
+    header = ["part", "dtype", "causal", "shape", "first forward", "first backward", "second call", "commit"]
+    out = [provenance_line(shown, "make coldstart && make report"), "", caption, ""]
+    out.append(markdown_table(header, one, "llllrrrl"))
+    if four:
         out += [
             "",
             "Four calls in one fresh process (float32, (4, 128, 64): forward and backward, non-causal then causal): "
             "importing the part, the four calls, and the whole process (Python's start included):",
             "",
-            markdown_table(["part", *columns(steps)], [[g[0], *line(g, steps)] for g in groups(FOUR)], "l" + width),
+            markdown_table(["part", "import part", "four calls", "process", "commit"], four, "lrrrl"),
         ]
     return "\n".join(out)
-
-
-def summary(gpu_dir):
-    """cold_start.csv in one small table: per part, the first forward + first backward at the small
-    shape in each dtype (the slower of causal and not), and the four calls. Each column shows the
-    newest commit that measured it and, where the latest earlier commit measured with as many
-    processes at once measured it too, "before → after"."""
-    from common.results import markdown_table, provenance_line, read_csv
-
-    rows = [r for r in read_csv(gpu_dir / FILENAME) if r["shape"] in (None, "small")]
-    by = {(r["commit"], r["scenario"], r["part"], r["dtype"], r["causal"], r["step"]): r for r in rows}
-
-    def first_call(commit, part, dtype):
-        """The slower causal flag's first forward + first backward; a killed process: '> its timeout'."""
-        totals = []
-        for causal in (0, 1):
-            f, b, process = (by.get((commit, ONE, part, dtype, causal, s)) for s in (*FIRST, "process"))
-            if f is not None and b is not None:
-                totals.append(f"{f['seconds'] + b['seconds']:.3g}")
-            if process is not None and str(process["status"]).startswith("timeout"):
-                return f"> {_seconds(process['timeout'])}"
-        return max(totals, key=float) if totals else None
-
-    def four(commit, part):
-        row = by.get((commit, FOUR, part, "fp32", None, "four calls"))
-        return None if row is None else _seconds(row["seconds"])
-
-    def compared(keep):
-        return tuple(_compared(rows, keep))
-
-    columns = [  # (name, measure(commit, part), the commits it compares)
-        (f"{d}, first forward + backward", functools.partial(first_call, dtype=d), compared(
-            lambda r, d=d: r["scenario"] == ONE and r["dtype"] == d))
-        for d in DTYPES
-    ] + [("fp32, four calls", four, compared(lambda r: r["scenario"] == FOUR and r["step"] == "four calls"))]  # fmt: skip
-    columns = [c for c in columns if c[2]]
-
-    def cell(measure, pair, part):
-        after, earlier = measure(pair[-1], part), measure(pair[0], part) if len(pair) == 2 else None
-        return "—" if after is None else after if earlier is None else f"{earlier} → {after}"
-
-    part_numbers = sorted({r["part"] for r in rows if any(r["commit"] == c[2][-1] for c in columns)})
-    body = [[n, *(cell(measure, pair, n) for _, measure, pair in columns)] for n in part_numbers]
-    pairs = {}
-    for name, _, pair in columns:
-        pairs.setdefault(pair, []).append(name.split(",")[0] if "four" not in name else "the four calls")
-    listed = lambda names: " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)  # noqa: E731
-    lead, n, d = SHAPES["small"]
-    caption = (
-        f"Seconds in a fresh process with an empty Triton cache, inputs of shape {(*lead, n, d)} (N = {n}, D = {d}): "
-        "the first forward and the first backward of one shape class (the slower of causal and not), and a "
-        "float32 run of four calls (forward and backward, non-causal then causal); each column at the newest commit "
-        "that measured it, after the commit before that measured it with as many processes at once, where one did, "
-        "as before → after ("
-        + "; ".join(f"{listed(names)}: commit {' → '.join(p)}" for p, names in pairs.items())
-        + ")"
-    )
-    rows = [r for r in rows if r["commit"] in {c for *_, pair in columns for c in pair}]
-    at_once = max((r["parallel"] for r in rows if r["parallel"] is not None), default=None)
-    if at_once and at_once > 1:
-        caption += (
-            f". Up to {at_once} such processes ran at once (the CSV's parallel column), sharing the CPU that compiles"
-        )
-    elif at_once == 1:
-        caption += ". One process at a time"
-    table = markdown_table(["part", *(c[0] for c in columns)], body, "l" + "r" * len(columns))
-    return "\n".join([provenance_line(rows, "make coldstart && make report"), "", caption + ":", "", table])
 
 
 if __name__ == "__main__":

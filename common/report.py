@@ -436,7 +436,7 @@ def part_reports():
 def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     ValueError if a name is taken twice (marker names are global)."""
-    tables = {"cold-start": coldstart.table, "cold-start-summary": coldstart.summary, "train-step": train_step.table}
+    tables = {"cold-start": coldstart.table, "train-step": train_step.table}
     tables |= {"train-step-summary": train_step.summary, "decode": train_step.decode_table}
     tables["targets"] = targets.table
     tables["progression"] = table_progression

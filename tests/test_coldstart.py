@@ -113,73 +113,34 @@ def _lines(text):
     return [line for line in text.splitlines() if line.startswith("|")]
 
 
-def test_the_table_shows_two_commits_side_by_side(tmp_path):
-    _synthetic(tmp_path)
-    table = coldstart.table(tmp_path)
-    lines = _lines(table)
-    columns = [f"{s}, {c}" for s in ("first forward", "first backward", "second call") for c in ("bef0001", "aft0002")]
-    assert lines[0] == "| " + " | ".join(["part", "dtype", "causal", "shape", *columns]) + " |"
-    # part 2, fp32, causal: first forward 10 * 6.5 before, 6.5 after; backward 0.5 both times.
-    assert "| 2 | fp32 | yes | (4, 128, 64) | 65 | 6.5 | 0.5 | 0.5 | 0.001 | 0.001 |" in lines
-    assert len([line for line in lines if line.startswith(("| 1 |", "| 2 |"))]) == 8 + 2  # 8 processes, 2 four-call
-    assert "| 2 | — | — | 400 | 40 | 500 | 50 |" in lines  # the four calls: no import row, the calls, the process
-    assert "Before and after: commit bef0001, then aft0002." in table and "interpreter" not in table
-
-
-def test_the_summary_compares_each_column_at_its_newest_commit(tmp_path):
+def test_each_line_shows_its_newest_process_and_commit(tmp_path):
     path = _synthetic(tmp_path)
-    summary = coldstart.summary(tmp_path)
-    lines = _lines(summary)
-    assert lines[0] == "| part | fp32, first forward + backward | fp16, first forward + backward | fp32, four calls |"
-    # part 2 after: the slower flag is causal, 4 + 2 + 0.5 forward and 0.5 backward; before, fp32 ten times slower
-    assert lines[2:] == ["| 1 | 55.2 → 5.75 | 5.75 → 5.75 | 200 → 20 |", "| 2 | 65.5 → 7 | 7 → 7 | 400 → 40 |"]
-    assert "(fp32, fp16 and the four calls: commit bef0001 → aft0002)" in summary and "ran at once" not in summary
-    # A third commit measuring only fp16: that column moves on, the others keep their two commits.
+    lines = _lines(coldstart.table(tmp_path))
+    assert lines[0] == "| part | dtype | causal | shape | first forward | first backward | second call | commit |"
+    # part 2, fp32, causal: first forward 6.5 s after (65 before), backward 0.5, second call 0.001
+    assert "| 2 | fp32 | yes | (4, 128, 64) | 6.5 | 0.5 | 0.001 | aft0002 |" in lines
+    assert len([line for line in lines if line.startswith(("| 1 |", "| 2 |"))]) == 8 + 2  # 8 processes, 2 four-call
+    assert "| 2 | — | 40 | 50 | aft0002 |" in lines  # the four calls: no import row, the calls, the process
+    # A third commit measuring fp16 alone: those lines move on, the others keep theirs.
     rows = results.read_csv(path)
-    later = [r for r in rows if r["commit"] == "aft0002" and r["dtype"] == "fp16"]
+    later = [r for r in rows if r["commit"] == "aft0002" and r["dtype"] == "fp16" and r["scenario"] == coldstart.ONE]
     later = [dict(r, commit="new0003", date="2026-01-03T00:00:00Z", seconds=r["seconds"] / 2) for r in later]
-    results.write_csv(path, rows + later, coldstart.FIELDS)
-    summary = coldstart.summary(tmp_path)
-    assert _lines(summary)[2:] == [
-        "| 1 | 55.2 → 5.75 | 5.75 → 2.88 | 200 → 20 |",
-        "| 2 | 65.5 → 7 | 7 → 3.5 | 400 → 40 |",
-    ]
-    assert "(fp32 and the four calls: commit bef0001 → aft0002; fp16: commit aft0002 → new0003)" in summary
-    # A process killed at its timeout: "> the limit" for that part and dtype.
-    rows = [
-        r
-        for r in rows
-        if r["commit"] == "aft0002"
-        and not (r["part"], r["dtype"], r["causal"], r["step"][:5]) == (2, "fp32", 1, "first")
-    ]
-    for r in rows:
-        if (r["part"], r["dtype"], r["causal"], r["step"]) == (2, "fp32", 1, "process"):
-            r.update(timeout=45, status="timeout: killed after 45 s (limit 45 s)")
-    results.write_csv(path, rows, coldstart.FIELDS)
-    assert "| 2 | > 45 | 7 | 40 |" in coldstart.summary(tmp_path)
-
-
-def test_one_commit_on_a_cpu_has_one_column_per_step_and_says_interpreter(tmp_path):
-    rows = [r for r in results.read_csv(_synthetic(tmp_path, gpu="cpu")) if r["commit"] == "aft0002"]
-    results.write_csv(tmp_path / coldstart.FILENAME, rows, coldstart.FIELDS)
+    # and part 2's fp32 causal process killed at its timeout before its first forward
+    killed = dict(next(r for r in later if r["step"] == "process"), dtype="fp32", causal=1, part=2, timeout=45)
+    killed.update(status="timeout: killed after 45 s (limit 45 s)")
+    results.write_csv(path, rows + later + [killed], coldstart.FIELDS)
     table = coldstart.table(tmp_path)
-    assert "| part | dtype | causal | shape | first forward | first backward | second call |" in table
-    assert "| 2 | fp32 | yes | (4, 128, 64) | 6.5 | 0.5 | 0.001 |" in table
-    assert "compiles nothing" in table and "Before and after" not in table
+    assert "| 2 | fp16 | yes | (4, 128, 64) | 3.25 | 0.25 | 0.0005 | new0003 |" in _lines(table)
+    assert "| 2 | fp32 | no | (4, 128, 64) | 6 | 0.5 | 0.001 | aft0002 |" in _lines(table)
+    assert "| 2 | fp32 | yes | (4, 128, 64) | > 45 (killed) | > 45 (killed) | > 45 (killed) | new0003 |" in table
+    assert "interpreter" not in table
 
 
-def test_commits_are_compared_only_with_runs_alike_in_history_or_date_order(monkeypatch):
-    """A process sharing the CPU compiles slower: the newest commit is set beside the latest earlier
-    one measured with as many processes at once. Commits follow git's history where it knows all."""
-    found = [dict(commit=c, parallel=j, date=f"2026-01-0{d}T00:00:00Z") for c, j, d in
-             (("aaa1111", 2, 1), ("bbb2222", 1, 2), ("ccc3333", 2, 3), ("ddd4444", 1, 4))]  # fmt: skip
-    assert coldstart._compared(found) == ["bbb2222", "ddd4444"] and coldstart._compared(found[:2]) == ["bbb2222"]
-    assert coldstart._compared(found[:3]) == ["aaa1111", "ccc3333"] and coldstart._compared([]) == []
-    known = {"aaa1111": 10, "bbb2222": 11}  # ccc3333 unknown to this repository: every commit by date
-    monkeypatch.setattr(coldstart, "_history_position", lambda c: known.get(c, -1))
-    assert coldstart._commits_in_order(found[:3]) == ["aaa1111", "bbb2222", "ccc3333"]
-    known["ccc3333"] = 5
-    assert coldstart._commits_in_order(found[:3]) == ["ccc3333", "aaa1111", "bbb2222"]
+def test_on_a_cpu_the_table_says_interpreter(tmp_path):
+    _synthetic(tmp_path, gpu="cpu")
+    table = coldstart.table(tmp_path)
+    assert "| 2 | fp32 | yes | (4, 128, 64) | 6.5 | 0.5 | 0.001 | aft0002 |" in table
+    assert "compiles nothing" in table
 
 
 def test_the_defaults_and_the_jobs_they_make():
@@ -225,8 +186,7 @@ def test_autotune_without_a_gpu_says_so_and_writes_nothing(tmp_path, monkeypatch
 
 
 def test_the_tables_are_registered_for_the_readmes():
-    tables = report.all_tables(report.part_reports())
-    assert tables["cold-start"] is coldstart.table and tables["cold-start-summary"] is coldstart.summary
+    assert report.all_tables(report.part_reports())["cold-start"] is coldstart.table
 
 
 @pytest.mark.skipif(COMPILED, reason="the interpreter's case")
@@ -244,6 +204,44 @@ def test_compile_together_under_the_interpreter_compiles_nothing_and_starts_no_t
     triton_tools.compile_together(lambda: asked.append(1) or [], seen, "class")
     assert seen == {"class": None} and asked == []
     assert not any(t.name.startswith("compile-ahead") for t in threading.enumerate())
+
+
+def test_ahead_makes_a_blank_only_when_it_runs_the_function(monkeypatch):
+    """launch.ahead runs fn once per signature, a Blank made into a tensor of its shape and dtype on
+    the first tensor's device; the same call again runs nothing (and so allocates nothing)."""
+    import torch
+
+    from common import launch, runtime
+
+    monkeypatch.setattr(runtime, "INTERPRET", False)  # the interpreter's ahead() returns at once
+    seen, q = [], torch.zeros(2, 3, 5, 4)
+    fn = lambda *args: seen.append(args)  # noqa: E731
+    for _ in range(2):
+        launch.ahead(fn, q, launch.Blank((2, 3, 5), torch.float32), True)
+    assert len(seen) == 1
+    _, blank, flag = seen[0]
+    assert (blank.shape, blank.dtype, blank.device, flag) == ((2, 3, 5), torch.float32, q.device, True)
+
+
+def test_a_streams_launches_share_their_descriptor_scratch():
+    """Triton's scratch allocator (common.runtime): one buffer per stream and size, kept; another
+    size or another stream gets its own. On a GPU, a launch captured into a CUDA graph gets a new
+    one each time (the graph's memory, not the buffer eager launches share)."""
+    import torch
+
+    from common import runtime
+
+    first = runtime._descriptor_scratch(384, 128, 7)
+    assert first.numel() == 384 and runtime._descriptor_scratch(384, 128, 7) is first
+    assert runtime._descriptor_scratch(256, 128, 7) is not first
+    assert runtime._descriptor_scratch(384, 128, 8) is not first
+    if COMPILED:
+        stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            kept = runtime._descriptor_scratch(512, 128, stream.cuda_stream)
+            with torch.cuda.graph(graph, stream=stream):
+                captured = [runtime._descriptor_scratch(512, 128, stream.cuda_stream) for _ in range(2)]
+        assert captured[0] is not kept and captured[1] is not captured[0]
 
 
 @pytest.mark.skipif(not COMPILED, reason="compiles for a GPU")
