@@ -3,6 +3,7 @@
     q, k, v = launch.sequences(Q, K, V)             # (..., N, D) -> contiguous (B*H, N, D)
     launch.run(_attn_fwd, grid, q, k, v, o, lse, n_q, n_k, scale, D=d, IS_CAUSAL=is_causal)
     launch.ahead(flash_backward, Q, K, V, ...)      # the backward's kernels, compiled meanwhile
+    launch.Blank(shape, dtype)                      # a stand-in tensor, made only if ahead() runs fn
 
 run(kernel, grid, *args, **constexprs) is kernel[grid](*args, **constexprs), and before it:
 
@@ -45,6 +46,15 @@ _MAX_SEEN = 4096  # signatures remembered; past this many (lengths that keep cha
 _tuned_args = {}  # kernel -> the positions of its autotune key among its arguments
 TUNE_SCORES = 2**31  # tune(): past this many scores (sequences x N_q x N_k), timed on fewer sequences
 _tuned = set()  # the shape classes tune() has seen
+
+
+class Blank(tuple):
+    """Blank(shape, dtype): a stand-in for a tensor argument of ahead() that the caller does not have
+    (the forward's L, before the forward made it); ahead() makes it, on its first tensor's device,
+    only when it runs fn: a repeated call allocates nothing."""
+
+    def __new__(cls, shape, dtype):
+        return super().__new__(cls, (tuple(shape), dtype))
 
 
 class _Recorded(Exception):
@@ -184,9 +194,9 @@ def ahead(fn, *args):
     """Start compiling, on a background thread, the kernels fn(*args) would launch whose shape class
     has not been met; return at once. fn runs here with its launches written down, not made; the
     arguments stand in for the real ones (what the compiler sees of a tensor is its dtype and
-    whether its address is 16-byte aligned). Once per signature (fn, shapes, dtypes, devices,
-    values, deterministic algorithms or not); nothing under the interpreter or while torch.compile
-    traces."""
+    whether its address is 16-byte aligned; a Blank is made into one). Once per signature (fn,
+    shapes, dtypes, devices, values, deterministic algorithms or not); nothing under the interpreter
+    or while torch.compile traces."""
     if runtime.INTERPRET or torch.compiler.is_compiling():
         return
     signature = (fn, torch.are_deterministic_algorithms_enabled(), *map(_describe, args))
@@ -195,6 +205,8 @@ def ahead(fn, *args):
     if len(_ahead_seen) >= _MAX_SEEN:
         _ahead_seen.clear()
     _ahead_seen.add(signature)
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    args = [torch.empty(a[0], dtype=a[1], device=device) if isinstance(a, Blank) else a for a in args]
     calls = []
     token = _recording.set(calls)
     try:
@@ -209,7 +221,6 @@ def ahead(fn, *args):
     for key, kernel, call_args, constexprs in calls:
         if key not in _compiled:
             new.setdefault(key, []).append((kernel, call_args, constexprs))
-    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     if not new or device is None:
         return
     started = triton_tools.compile_together([c for group in new.values() for c in group], ahead=device)

@@ -51,11 +51,24 @@ def capability(device):
     return found.major, found.minor
 
 
+_SCRATCH = {}  # (stream, bytes) -> the scratch buffer of that stream's launches, kept
+_MAX_SCRATCH = 256  # buffers kept; past this many (grids that keep changing), a new one each launch
+
+
 def _descriptor_scratch(size: int, alignment: int, stream):
-    # In-kernel tensor descriptors (tl.make_tensor_descriptor) are written by each program into
-    # a small global-memory scratch buffer (on Hopper: the TMA descriptor, 128 bytes). Triton
-    # asks this function for that buffer at launch time.
-    return torch.empty(size, dtype=torch.int8, device=DEVICE)
+    """In-kernel tensor descriptors (tl.make_tensor_descriptor) are written by each program into a
+    small global-memory scratch buffer (on Hopper: the TMA descriptor, 128 bytes), which Triton asks
+    for at launch time. Launches on one stream run one after another, so a stream's launches of one
+    size share one buffer, kept for good: an allocation less per launch. While a CUDA graph is
+    captured, each launch gets a new one from PyTorch's allocator, which keeps it for the graph."""
+    if HAS_GPU and torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.int8, device=DEVICE)
+    found = _SCRATCH.get((stream, size))
+    if found is None:
+        found = torch.empty(size, dtype=torch.int8, device=DEVICE)
+        if len(_SCRATCH) < _MAX_SCRATCH:
+            _SCRATCH[stream, size] = found
+    return found
 
 
 def set_triton_allocator():

@@ -454,7 +454,7 @@ class FlashAttention(torch.autograd.Function):
     def forward(ctx, Q, K, V, is_causal=False):
         check_inputs(Q, K, V, is_causal, triton=True)
         if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
-            launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
+            launch.ahead(flash_backward, Q, K, V, Q, launch.Blank(Q.shape[:-1], torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal

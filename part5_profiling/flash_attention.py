@@ -650,7 +650,7 @@ class FlashAttention(torch.autograd.Function):
         if not _takes_gluon(Q, is_causal):  # part 4's kernels read contiguous heads: a model's strided
             Q, K, V = _dense(Q), _dense(K), _dense(V)  # views are copied once, and saved so that the
         if any(ctx.needs_input_grad):  # backward's kernels compile (launch.ahead) beside the forward's
-            launch.ahead(flash_backward, Q, K, V, Q, Q.new_empty(Q.shape[:-1], dtype=torch.float32), Q, is_causal)
+            launch.ahead(flash_backward, Q, K, V, Q, launch.Blank(Q.shape[:-1], torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)
         ctx.is_causal = is_causal
