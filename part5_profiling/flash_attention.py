@@ -549,26 +549,27 @@ _launch_dq = fast_launch.Launch(_attn_bwd_dq)
 _launch_bwd_prepare = fast_launch.Launch(gluon_backward._bwd_prepare)
 _launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_gluon) if gluon_backward.HAVE_GLUON else None
 _launch_dq_convert = fast_launch.Launch(gluon_backward._dq_convert)
+_launch_group_sum = fast_launch.Launch(gluon_backward._group_sum)
 _last_backward = {"label": None}
 
 
-_LAUNCHERS = (_launch_bwd_prepare, _launch_bwd_gluon, _launch_dq_convert)
+_LAUNCHERS = (_launch_bwd_prepare, _launch_bwd_gluon, _launch_dq_convert, _launch_group_sum)
 
-# (Q.shape, K.shape, dtype, device, causal) -> the gluon_backward.Plan of such a call: what its three
+# (Q.shape, K.shape, dtype, device, causal) -> the gluon_backward.Plan of such a call: what its
 # launches need that the shapes fix, worked out on the first call (as _plans is for the forward).
 _bwd_plans = {}
 
 
 def _gluon_backward(Q, K, V, O, L, dO, is_causal):
     """dQ, dK, dV (like Q, K, V) from gluon_backward.py's kernel, in three launches. Grouped heads:
-    the kernel reads each query head's key/value head, makes dK and dV per query head, and sums them
-    over each group after, as cuDNN does (a program walking its group would make H / H_kv times fewer
-    programs: fewer than the SMs at short N); torch sums bf16 and fp16 in float32, rounding once."""
+    the kernel reads each query head's key/value head, makes dK and dV per query head, and a fourth
+    launch (_group_sum) sums them over each group, in float32, rounding once, as cuDNN does (a
+    program walking its group would make H / H_kv times fewer programs: fewer than the SMs at short N)."""
     lse = L.contiguous()  # Q, K, V, O, dO are read where they lie (plan.run: gluon_attention.heads)
     signature = (Q.shape, K.shape, Q.dtype, Q.device, is_causal)
     plan = _bwd_plans.get(signature)
     if plan is None or launch.recording():  # a first call of these shapes: compile (or wait for launch.ahead)
-        launch.compile_first(_gluon_key(Q, is_causal), lambda: _gluon_kernels(Q, K, V, O, dO, lse, is_causal))
+        launch.compile_first(_gluon_key(Q, K, is_causal), lambda: _gluon_kernels(Q, K, V, O, dO, lse, is_causal))
         if len(_bwd_plans) >= _MAX_PLANS:
             _bwd_plans.clear()
         plan = _bwd_plans[signature] = gluon_backward.Plan(Q.shape, K.shape, Q.device, Q.dtype, is_causal)
@@ -580,18 +581,20 @@ def backward_label():
     return _last_backward["label"]
 
 
-def _gluon_key(q, is_causal):
-    """What makes gluon_backward.py's kernels compile differently: device, dtype, D, causal, program order."""
+def _gluon_key(q, k, is_causal):
+    """What makes gluon_backward.py's launches compile differently: device, dtype, D, causal, program
+    order, and grouped heads (a fourth kernel)."""
     order = gluon_backward.default_order(is_causal, q.shape[-2])
-    return ("gluon backward", q.device, q.dtype, q.shape[-1], is_causal, order)
+    return ("gluon backward", q.device, q.dtype, q.shape[-1], is_causal, order, q.shape[:-2] != k.shape[:-2])
 
 
 def _gluon_kernels(q, k, v, o, do, lse, is_causal):
-    """gluon_backward.py's three launches as launch.compile_first takes them: its launch() run with
+    """gluon_backward.py's launches as launch.compile_first takes them: its launch() run with
     launchers that write each launch down instead of making it."""
     calls = []
     record = lambda kernel: lambda key, programs, *args, **meta: calls.append((kernel, args, meta))  # noqa: E731
     kernels = (gluon_backward._bwd_prepare, gluon_backward._attn_bwd_gluon, gluon_backward._dq_convert)
+    kernels += (gluon_backward._group_sum,)
     gluon_backward.launch(q, k, v, o, do, lse, is_causal, launchers=[record(kn) for kn in kernels])
     return calls
 

@@ -42,6 +42,9 @@ per tile pair where five would do. This kernel makes the five once. It is built 
 - bwd8: grouped key/value heads read where they are (the forward's fwd8): the loader takes query
   head h's K and V from key/value head h // Q_PER_KV, so K and V are not repeated for each group;
   dK and dV are still made per query head and summed over each group after (Plan.run).
+- bwd9: that sum in one launch (_group_sum): dK's and dV's together, added in float32 and rounded
+  once, written in K's and V's layouts, where two torch.sum calls made two launches and their
+  allocations on every call.
 
 Tiles are split in 64-column chunks (one 128-byte swizzle row of 16-bit elements) so that a
 warpgroup can take K's columns 64w ... 64w + 63 as one shared-memory operand. GPU only (sm_90).
@@ -113,10 +116,11 @@ SEQUENCE_MINOR, SEQUENCE_MAJOR, GROUPED = (tl.constexpr(i) for i in range(3))
 ORDER = {False: SEQUENCE_MAJOR, True: SEQUENCE_MINOR}
 GROUPED_FROM = 8192
 L2_BUDGET = 30 * 2**20  # bytes: half the H200's L2 (60 MiB as the driver reports it, results/h200/part2_device.json)
-# The (batch, head, row) strides _bwd_prepare, _attn_bwd_gluon and _dq_convert take, by tensor.
+# The (batch, head, row) strides _bwd_prepare, _attn_bwd_gluon, _dq_convert and _group_sum take, by tensor.
 STRIDES = [f"stride_{t}{a}" for t in ("q", "k", "v", "do", "dk", "dv") for a in "bhn"]
 PREPARE_STRIDES = [f"stride_{t}{a}" for t in ("o", "do") for a in "bhn"]
 CONVERT_STRIDES = [f"stride_dq{a}" for a in "bhn"]
+SUM_STRIDES = [f"stride_{t}{a}" for t in ("dk", "dv") for a in "bhn"]
 
 
 def default_order(is_causal, n_q):
@@ -561,6 +565,34 @@ def _dq_convert(
     tl.store(DQ + at, dq.to(DQ.dtype.element_ty), mask=rows < N_QUERIES)
 
 
+@triton.jit(do_not_specialize=["N_KEYS", "KV_HEADS", "Q_PER_KV", *SUM_STRIDES])
+def _group_sum(DK_H, DV_H, DK, DV, N_KEYS, KV_HEADS, Q_PER_KV,
+               stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+               D: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """Grouped heads, per tile of BLOCK_N keys of one key/value head: dK and dV, the sums of its
+    Q_PER_KV query heads' (DK_H, DV_H: contiguous (batch, query head, key, D), the group's query
+    heads one after another), added in float32 and rounded once, written with their own (batch,
+    head, row) strides."""
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N_KEYS, BLOCK_N)
+    seq = (pid // n_tiles).to(tl.int64)  # batch * KV_HEADS + key/value head
+    r = ((pid % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N))[:, None].to(tl.int64)
+    c = tl.arange(0, D)[None, :]
+    keep = r < N_KEYS
+    at = seq * Q_PER_KV * N_KEYS * D + r * D + c  # in the group's first query head
+    dk = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+    for _ in range(Q_PER_KV):
+        dk += tl.load(DK_H + at, mask=keep, other=0.0).to(tl.float32)
+        dv += tl.load(DV_H + at, mask=keep, other=0.0).to(tl.float32)
+        at += N_KEYS * D
+    b, h = seq // KV_HEADS, seq % KV_HEADS
+    stride_dkb, stride_dkh, stride_dkn = stride_dkb // 8 * 8, stride_dkh // 8 * 8, stride_dkn // 8 * 8  # whole 16 bytes
+    stride_dvb, stride_dvh, stride_dvn = stride_dvb // 8 * 8, stride_dvh // 8 * 8, stride_dvn // 8 * 8
+    tl.store(DK + b * stride_dkb + h * stride_dkh + r * stride_dkn + c, dk.to(DK.dtype.element_ty), mask=keep)
+    tl.store(DV + b * stride_dvb + h * stride_dvh + r * stride_dvn + c, dv.to(DV.dtype.element_ty), mask=keep)
+
+
 def from_fragment_order(dq32, n_q):
     """The float32 dQ sum (n_seqs, whole query tiles, D, in fragment order) in row order, (n_seqs,
     n_q, D): _dq_convert's reordering in torch (without its scale and cast), for the tests and for
@@ -607,7 +639,7 @@ def _triton_path(kernel):
 
 
 class Plan:
-    """What the backward's three launches need that the shapes alone fix, worked out once: the
+    """What the backward's launches need that the shapes alone fix, worked out once: the
     programs of each launch, their keys and arguments, the compile-time constants. A repeated call
     of the same shapes (a training loop) reuses it and pays only for its allocations and launches.
 
@@ -631,13 +663,16 @@ class Plan:
         self.q_per_kv = n_seqs // math.prod(k_shape[:-2])  # grouped heads: query heads per key/value head
         self.scale = d**-0.5
         self.convert = ((device, dtype, d), lambda _: n_prepare, (n_q, n_seqs), dict(D=d, BLOCK_M=BLOCK_M))
+        rows = 4096 // d  # keys per _group_sum program: 64 x 64 or 32 x 128 float32 sums of dK and of dV
+        n_sum = -(-n_k // rows) * math.prod(k_shape[:-2])
+        self.sums = ((device, dtype, d), lambda _: n_sum, dict(D=d, BLOCK_N=rows))
 
     def run(self, q, k, v, o, do, lse, launchers):
         """dQ, dK, dV (shaped like the plan's Q and K, laid out as q, k and v where those are dense) of
         q, k, v, o, do (the plan's shapes, any strides: gluon_attention.heads reads them in place or
         copies them) and a contiguous lse, with launchers as launch() takes them. Grouped heads: the
-        kernel makes dK and dV per query head, and they are summed over each group here."""
-        prepare, main, convert = launchers
+        kernel makes dK and dV per query head, and _group_sum sums them over each group."""
+        prepare, main, convert, *rest = launchers
         K, V = k, v
         (q, sq), (k, sk), (v, sv), (o, so), (do, sdo) = (gluon_attention.heads(t) for t in (q, k, v, o, do))
         n_heads = q.shape[1]
@@ -645,7 +680,10 @@ class Plan:
         dq32 = torch.empty(self.dq32_shape, dtype=torch.float32, device=self.device)
         lse2, delta = stats[0], stats[1]
         grouped = self.q_per_kv > 1  # dK and dV made per query head, summed over each group below
-        grads = (t.new_empty((*q.shape[:2], *t.shape[2:])) if grouped else torch.empty_like(t) for t in (k, v))
+        if grouped:  # one buffer for both, (2, batch, query head, key, D)
+            grads = k.new_empty((2, *q.shape[:2], *k.shape[2:])).unbind()
+        else:
+            grads = torch.empty_like(k), torch.empty_like(v)
         (dk, sdk), (dv, sdv) = (gluon_attention.heads(g) for g in grads)
         dq, sdq = gluon_attention.heads(torch.empty_like(q))
         wide = gluon_attention.stride_key((), (*sq, *sk, *sv, *so, *sdo, *sdk, *sdv, *sdq))  # 64-bit: other binaries
@@ -657,23 +695,24 @@ class Plan:
         main((*key, *wide), grid, *tensors, *self.main_args, n_heads, self.q_per_kv, *strides, self.scale, **self.meta)
         key, grid, args, meta = self.convert
         convert((*key, *wide), grid, dq32, dq, *args, n_heads, *sdq, self.scale, **meta)
-        if not grouped:
-            return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
-        # summed in float32, rounded once, into K's and V's layout (a model's transposed heads: no copy)
-        per_query_head = self.q_shape[:-2] + self.k_shape[-2:]
-        sums = (
-            torch.sum(g.view(per_query_head).unflatten(-3, (-1, self.q_per_kv)), -3, out=torch.empty_like(t))
-            for g, t in ((dk, K), (dv, V))
-        )
-        return dq.view(self.q_shape), *sums
+        if grouped:  # summed into K's and V's layouts (a model's transposed heads: no copy)
+            group_sum = rest[0] if rest else _triton_path(_group_sum)
+            dk_h, dv_h = dk, dv
+            (dk, sdk), (dv, sdv) = (gluon_attention.heads(torch.empty_like(t)) for t in (K, V))
+            key, grid, meta = self.sums
+            wide = gluon_attention.stride_key((), (*sdk, *sdv))
+            sizes = (self.k_shape[-2], k.shape[1], self.q_per_kv)
+            group_sum((*key, *wide), grid, dk_h, dv_h, dk, dv, *sizes, *sdk, *sdv, **meta)
+        return dq.view(self.q_shape), dk.view(self.k_shape), dv.view(self.k_shape)
 
 
 def launch(q, k, v, o, do, lse, is_causal, order=None, launchers=None, l2_budget=L2_BUDGET):
     """dQ, dK, dV of (BH, N, D) contiguous tensors in three launches: _bwd_prepare, _attn_bwd_gluon,
-    _dq_convert (a Plan for these shapes, used once). launchers: the three as callables with the
-    signature of part 5's Launch (flash_backward passes its own, which skip Triton's per-call
-    Python); None: Triton's own launch path (the studies and tests). l2_budget: what GROUPED fits a
-    group of sequences in (group_size)."""
-    launchers = launchers or (_triton_path(_bwd_prepare), _triton_path(_attn_bwd_gluon), _triton_path(_dq_convert))
+    _dq_convert, and with grouped heads a fourth, _group_sum (a Plan for these shapes, used once).
+    launchers: those as callables with the signature of part 5's Launch (flash_backward passes its
+    own, which skip Triton's per-call Python; _group_sum's may be left out); None: Triton's own
+    launch path (the studies and tests). l2_budget: what GROUPED fits a group of sequences in (group_size)."""
+    kernels = (_bwd_prepare, _attn_bwd_gluon, _dq_convert, _group_sum)
+    launchers = launchers or [_triton_path(kernel) for kernel in kernels]
     plan = Plan(q.shape, k.shape, q.device, q.dtype, is_causal, order, l2_budget)
     return plan.run(q, k, v, o, do, lse, launchers)

@@ -195,6 +195,35 @@ def test_gluon_backward_launch_around_the_kernel(part):
     assert torch.equal(dq, (gb.from_fragment_order(padded_sum, n_q) * d**-0.5).half())
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_gluon_backward_sums_grouped_heads_in_one_launch(part, d):
+    """Grouped heads (8 query heads on 2 key/value heads), on any machine, the main kernel replaced
+    by a stand-in that writes dK and dV per query head: _group_sum returns each key/value head's sum
+    over its four query heads, added in float32 in head order and rounded once (the same bits as
+    that sum in torch), in K's and V's layouts (a model's transposed heads), ragged N_k included."""
+    gb = parts.load(part).gluon_backward
+    b, h, h_kv, n_q, n_k = 2, 8, 2, 70, 100
+    g = torch.Generator().manual_seed(d)
+    heads = lambda n, hh: torch.randn(b, n, hh, d, generator=g).half().to(DEVICE).transpose(1, 2)  # noqa: E731
+    q, o, do, k, v = heads(n_q, h), heads(n_q, h), heads(n_q, h), heads(n_k, h_kv), heads(n_k, h_kv)
+    lse = torch.randn(b, h, n_q, generator=g).to(DEVICE)
+    per_query_head = [torch.randn(b, h, n_k, d, generator=g).half().to(DEVICE) for _ in range(2)]
+
+    def main(key, grid, *args, **constexprs):
+        args[6].copy_(per_query_head[0])  # dK and dV of every query head
+        args[7].copy_(per_query_head[1])
+
+    launchers = (gb._triton_path(gb._bwd_prepare), main, gb._triton_path(gb._dq_convert))
+    _, dk, dv = gb.launch(q, k, v, o, do, lse, True, launchers=launchers)
+    for got, made, like in ((dk, per_query_head[0], k), (dv, per_query_head[1], v)):
+        groups = made.float().view(b, h_kv, h // h_kv, n_k, d).unbind(2)
+        want = groups[0]
+        for x in groups[1:]:
+            want = want + x
+        assert got.shape == like.shape and got.stride() == like.stride()
+        assert torch.equal(got, want.half())
+
+
 # Ragged lengths, N_q != N_k both ways, one key tile, one query, more key tiles than SMs.
 BWD_SHAPES = [
     Shape((2, 3), 777, 513, 128),

@@ -23,7 +23,8 @@ def _backward_launchers(module, gluon):
 def _launchers(module):
     gluon = module._launch_fwd_gluon is not None, module._launch_bwd_gluon is not None
     forward = [module._launch_fwd] + ([module._launch_fwd_gluon] if gluon[0] else [])
-    return forward + _backward_launchers(module, False) + (_backward_launchers(module, True) if gluon[1] else [])
+    backward = _backward_launchers(module, True) + [module._launch_group_sum] if gluon[1] else []  # 4th: grouped
+    return forward + _backward_launchers(module, False) + backward
 
 
 def _forward_launcher(module, q):
@@ -80,6 +81,20 @@ def test_fast_launch_gives_tritons_bits(part5, dtype, causal):
             launch.kernel = kernel
     names = ["O", "L", "dQ", "dK", "dV"]
     for name, e, g in zip(names, expected, got):  # dQ: see assert_same
+        assert_same(name, e, g, "the fast launch and Triton's own", dq_reordered(part5) and name == "dQ")
+
+
+def test_fast_launch_of_grouped_heads_gives_tritons_bits(part5):
+    """Grouped heads (4 query heads on 2 key/value heads): the second call, on the fast path
+    (the Gluon backward's group sum among its launches, on a Hopper GPU), gives the first's bits."""
+    q, k, v, do = make_inputs(Shape((2, 4), 300, 260, 64), torch.bfloat16, DEVICE, seed=6)
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+    _forget(part5)
+    expected = _run(part5, q, k, v, do, True)  # Triton's own path: the first call of the class
+    got = _run(part5, q, k, v, do, True)
+    if part5.backward_label() == "gluon":
+        assert part5._launch_group_sum.known, "the group sum should now know the class"
+    for name, e, g in zip(["O", "L", "dQ", "dK", "dV"], expected, got):
         assert_same(name, e, g, "the fast launch and Triton's own", dq_reordered(part5) and name == "dQ")
 
 

@@ -397,7 +397,7 @@ def add_counters(names):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... bwd8")
+    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... bwd9")
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--counters-only", action="store_true", help="profile the steps already timed in the CSV")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE", help="time a kernel file too")

@@ -44,7 +44,7 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd8
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd9
 
 
 def _ladder(gpu_dir):
@@ -109,6 +109,8 @@ def step_line(name):
     def line(gpu_dir):
         rows, index = _ladder(gpu_dir)
         order = ["part4", *_steps(rows, ladder)]
+        if name not in order:
+            return f"_{name}: not measured._"
         before = order[order.index(name) - 1]
         found = [(index.get((name, ladder, d, c)), index.get((before, ladder, d, c))) for d, c in LADDER_SHAPES]
         if not all(row and row.get("graph_tflops") for row, _ in found):
