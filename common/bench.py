@@ -20,7 +20,7 @@ forward and gradients under the interpreter on a small shape and says that timin
 """
 
 import argparse
-import contextlib
+import functools
 import re
 import sys
 
@@ -93,7 +93,7 @@ def measure(row, impl, mode, q, k, v, do, causal, timer=time_ms, graph_timer=gra
         return row
     flops = attention_flops(*q.shape[:3], k.shape[-2], q.shape[-1], causal, mode)
     fn = timed_call(impl, mode, q, k, v, do, causal)
-    with torch.no_grad() if mode == "fwd" else contextlib.nullcontext():
+    with torch.set_grad_enabled(mode != "fwd"):  # fwd: no graph is built
         if timer is not None:
             ms = timer(fn)
             row.update(ms=f"{ms:.4f}", tflops=tflops(flops, ms))
@@ -153,22 +153,20 @@ def row_order(r):
     return (MODES.index(r["mode"]), int(r["D"]), int(r["causal"]), impl, int(r["N"]))
 
 
-def save_run(path, run, rows, repeat=None):
-    """Write one run's rows (so far) into bench.csv at path, and, when run is a number (run `run` of
-    a --repeat of `repeat` runs), into bench_runs.csv beside it too, numbered; a row of the same key
-    numbered above `repeat` (left by an earlier, longer repeat) goes, so that a key's runs are this
-    repeat's alone once it ends."""
+def save_run(path, rows, run=1, repeat=1):
+    """Write one run's rows (so far) into bench.csv at path; with --repeat (repeat > 1), into
+    bench_runs.csv beside it too, numbered `run`, where a row of the same key numbered above `repeat`
+    (left by an earlier, longer repeat) goes, so that a key's runs are this repeat's alone once it ends."""
     results.write_csv(path, rows, FIELDS, key=KEY, sort=row_order)
-    if run is not None:
+    if repeat > 1:
         keys = {tuple(str(r[c]) for c in KEY) for r in rows}
-        beyond = lambda r: repeat is not None and int(r["run"]) > repeat and tuple(r[c] for c in KEY) in keys  # noqa: E731
         results.write_csv(
             path.with_name("bench_runs.csv"),
             [dict(r, run=run) for r in rows],
             RUNS_FIELDS,
             key=("run", *KEY),
             sort=lambda r: (int(r["run"]), *row_order(r)),
-            drop=beyond,
+            drop=lambda r: int(r["run"]) > repeat and tuple(r[c] for c in KEY) in keys,
         )
 
 
@@ -220,17 +218,17 @@ def main(argv=None):
     impls = [part_impl(n) for n in part_numbers]
     impls += [] if args.no_sdpa else [sdpa_impl(name) for name in args.sdpa or SDPA_BACKENDS]
     impls += [flex_impl()] if args.flex else []
-    fa4 = fa4_impl() if args.fa4 else None
-    impls += [fa4] if fa4 is not None else []
-    if args.fa4 and fa4 is None:
+    impls += [fa4_impl()] if args.fa4 else []
+    if None in impls:  # fa4_impl(): flash-attn-4 does not import
         print("--fa4: flash-attn-4 is not installed here (pip install flash-attn-4): no FA4 rows", flush=True)
+        impls.remove(None)
     modes = [m for m in MODES if m in (args.mode or ["fwd"])]
     path = results.results_dir() / "bench.csv"
     masks = (False, True) if args.causal is None else (bool(args.causal),)
     failed = set()
     for run in range(1, args.repeat + 1):
         print(f"run {run} of {args.repeat}", flush=True)
-        save = lambda rows, run=run: save_run(path, run if args.repeat > 1 else None, rows, args.repeat)  # noqa: E731
+        save = functools.partial(save_run, path, run=run, repeat=args.repeat)
         rows = run_gpu(impls, modes, args.n or SEQ_LENS, save, args.d or HEAD_DIMS, masks)
         failed |= {tuple(r[c] for c in KEY) for r in rows if r["check"].startswith("FAIL")}
         print(f"wrote {len(rows)} rows to {results.shown(path)}")

@@ -16,9 +16,8 @@ calls" runs float32 forward and backward, non-causal then causal, in one process
 results/<gpu>/cold_start.csv by KEY, which holds the commit, so two commits stay side by side.
 --autotune: per part, a "cold cache" then a "warm disk cache" process on one new cache, each timing
 the first bf16 call at N = 4096, the steady state and a first call at N = 8192 (a new N bucket):
-results/<gpu>/part<N>_autotune.csv. Only the standard library and
-common.parts are imported at the top: a measuring process times `import torch` and the part's
-import itself.
+results/<gpu>/part<N>_autotune.csv. Only the standard library and common.parts are imported at the
+top: a measuring process times `import torch` and the part's import itself.
 """
 
 import argparse
@@ -65,15 +64,15 @@ def leave():
     os._exit(0)
 
 
-def _timed_configs(tuners, call):
-    """Run call(); how many configurations the autotuners `tuners` timed during it, together."""
-    from common import triton_tools
-
-    if not tuners:
-        call()
-        return 0
-    inner = []
-    return triton_tools.timed_configs(tuners[0], lambda: inner.append(_timed_configs(tuners[1:], call))) + inner[0]
+def _timed(tuners, sync, call):
+    """(call()'s value, its seconds up to a synchronize, how many configurations the autotuners
+    `tuners` timed during it, together: see common.triton_tools.timed_configs)."""
+    for tuner in tuners:
+        tuner.configs_timings = None
+    start = time.perf_counter()
+    out = call()
+    sync()
+    return out, time.perf_counter() - start, sum(len(t.configs_timings or ()) for t in tuners)
 
 
 def _loaded(part):
@@ -107,23 +106,23 @@ def child(job):
     q, k, v, do = make_inputs(Shape(lead, n, n, d), dtype, device)
     leaves = [t.requires_grad_() for t in (q, k, v)]
     sync()
-    held = {}
-    calls = {
-        "first forward": lambda c: held.update(o=module.FlashAttention.apply(*leaves, c)),
-        "first backward": lambda c: torch.autograd.grad(held.pop("o"), leaves, do),
-    }
-    calls["second call"] = lambda c: (calls["first forward"](c), calls["first backward"](c))
 
-    def step(name, causal):
-        start = time.perf_counter()
-        configs = _timed_configs(tuners, lambda: (calls[name](causal), sync()))
-        _emit(step=name, seconds=time.perf_counter() - start, configs=configs, causal=int(causal))
+    def step(name, causal, fn, *args):
+        out, seconds, configs = _timed(tuners, sync, functools.partial(fn, *args))
+        _emit(step=name, seconds=seconds, configs=configs, causal=int(causal))
+        return out
 
+    def both(causal):
+        return torch.autograd.grad(module.FlashAttention.apply(*leaves, causal), leaves, do)
+
+    four = job["scenario"] == FOUR
     start = time.perf_counter()
-    for causal in (False, True) if job["scenario"] == FOUR else (bool(job["causal"]),):
-        for name in FIRST if job["scenario"] == FOUR else (*FIRST, "second call"):
-            step(name, causal)
-    if job["scenario"] == FOUR:
+    for causal in (False, True) if four else (bool(job["causal"]),):
+        o = step("first forward", causal, module.FlashAttention.apply, *leaves, causal)
+        step("first backward", causal, torch.autograd.grad, o, leaves, do)
+        if not four:
+            step("second call", causal, both, causal)
+    if four:
         _emit(step="four calls", seconds=time.perf_counter() - start, causal="")
 
 
@@ -148,12 +147,10 @@ def autotune_child(part):
         q, k, v, _ = make_inputs(Shape((B, H), n, n, D), torch.bfloat16, device, seed=n)
         call = functools.partial(module.FlashAttention.apply, q, k, v, False)
         sync()
-        start = time.perf_counter()
-        tried = _timed_configs(tuners, lambda call=call: (call(), sync()))
-        emit(f"first call, N={n}{label}", time.perf_counter() - start, n, tried)
+        _, seconds, tried = _timed(tuners, sync, call)
+        emit(f"first call, N={n}{label}", seconds, n, tried)
         if n == N_FIRST:
-            steady = time_ms(call) / 1e3
-            emit(f"steady state, N={n} (median)", steady, n)
+            emit(f"steady state, N={n} (median)", time_ms(call) / 1e3, n)
 
 
 # ------------------------------------------------------------------------------------ the parent
@@ -221,14 +218,13 @@ def autotune(numbers, timeout):
     writes results/<gpu>/part<N>_autotune.csv. Returns the exit status."""
     from common import results
 
+    code = "from common.coldstart import autotune_child, leave; autotune_child({}); leave()"
     status = 0
     for n in numbers:
         rows = []
         with tempfile.TemporaryDirectory(prefix="triton-cache-") as cache:
             for label in ("cold cache", "warm disk cache"):
-                lines, ended, seconds, _ = run_process(
-                    f"from common.coldstart import autotune_child, leave; autotune_child({n}); leave()", timeout, cache
-                )
+                lines, ended, seconds, _ = run_process(code.format(n), timeout, cache)
                 if ended != "ok":
                     print(f"part {n}, {label}: the process ended with {ended}", file=sys.stderr)
                     status = 1
@@ -246,10 +242,10 @@ def autotune(numbers, timeout):
     return status
 
 
-def arguments(argv=None, compiled=None):
+def arguments(argv, compiled):
     """The command line, its defaults resolved for this machine (compiled: a GPU running compiled
-    kernels; None: ask common.runtime): every Triton part, fp32 and fp16 (and bf16 on a GPU), causal
-    and not, the small shape (and the benchmark's on a GPU)."""
+    kernels): every Triton part, fp32 and fp16 (and bf16 on a GPU), causal and not, the small shape
+    (and the benchmark's on a GPU)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", type=int, action="append", help="part number (repeatable); default every Triton part")
     ap.add_argument("--dtype", action="append", choices=DTYPES, help="repeatable; default fp32, fp16, bf16 (GPU only)")
@@ -259,10 +255,6 @@ def arguments(argv=None, compiled=None):
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S", help="seconds before a kill")
     ap.add_argument("--autotune", action="store_true", help="the autotuner's cost, cold and warm (with --part)")
     args = ap.parse_args(argv)
-    if compiled is None:
-        from common import runtime
-
-        compiled = runtime.COMPILED
     if args.autotune and not args.part:
         ap.error("--autotune needs --part N: the part whose autotuner to measure (make autotune: part 2)")
     try:
@@ -271,7 +263,7 @@ def arguments(argv=None, compiled=None):
         ap.error(str(e))
     args.dtype = tuple(args.dtype or (DTYPES if compiled else DTYPES[:2]))
     args.shape = tuple(args.shape or (("small", "bench") if compiled else ("small",)))
-    args.causal = tuple(bool(c) for c in args.causal) if args.causal else (False, True)
+    args.causal = tuple(bool(c) for c in args.causal or (0, 1))
     if not compiled and ("bf16" in args.dtype or "bench" in args.shape):
         ap.error("bf16 and --shape bench need a GPU: the interpreter refuses bf16 and would take hours at N = 4096")
     if args.parallel < 1 or args.timeout <= 0:
@@ -312,12 +304,11 @@ def table(gpu_dir):
     run replaces a line; the earlier runs stay in the CSV, each row with its commit."""
     from common.results import markdown_table, provenance_line, read_csv
 
-    runs = {}  # (part, scenario, dtype, shape, causal) -> {(date, commit): {step: row}}
+    names = ("part", "scenario", "dtype", "shape", "causal")  # a group: one line, one process per run
+    runs = {}  # group -> {(date, commit): {step: row}}
     for r in read_csv(gpu_dir / FILENAME):
-        group = (r["part"], r["scenario"], r["dtype"], r["shape"], r["causal"])
-        runs.setdefault(group, {}).setdefault((str(r["date"]), r["commit"]), {})[r["step"]] = r
-    newest = {group: by_run[max(by_run)] for group, by_run in runs.items()}
-    names = ("part", "scenario", "dtype", "shape", "causal")
+        runs.setdefault(tuple(r[c] for c in names), {}).setdefault((str(r["date"]), r["commit"]), {})[r["step"]] = r
+    newest = {group: max(by_run.items()) for group, by_run in runs.items()}  # group -> ((date, commit), steps)
     groups = sorted(newest, key=lambda g: order(dict(zip(names, g), step="", date="")))
 
     def cell(steps, step):
@@ -331,13 +322,12 @@ def table(gpu_dir):
 
     def lines(scenario, steps, label):
         chosen = [g for g in groups if g[1] == scenario and (scenario == ONE or g[4] is None)]
-        return [[*label(g), *(cell(newest[g], s) for s in steps), first(newest[g])["commit"]] for g in chosen]
+        return [[*label(g), *(cell(newest[g][1], s) for s in steps), newest[g][0][1]] for g in chosen]
 
-    first = lambda steps: next(iter(steps.values()))  # noqa: E731
     shape = lambda name: str((*SHAPES[name][0], *SHAPES[name][1:]))  # noqa: E731
     one = lines(ONE, (*FIRST, "second call"), lambda g: (g[0], g[2], "yes" if g[4] else "no", shape(g[3])))
     four = lines(FOUR, ("import part", "four calls", "process"), lambda g: (g[0],))
-    shown = [r for g in groups for r in newest[g].values()]
+    shown = [r for g in groups for r in newest[g][1].values()]
     caption = (
         "Seconds in a fresh Python process whose Triton cache (TRITON_CACHE_DIR) is a new, empty folder, one process "
         "per line (the newest; its commit in the last column): whatever the first call needs compiled, it compiles. "

@@ -17,19 +17,9 @@ import sys
 from common import ROOT, parts, steps
 
 
-def _write(text):
-    """Print text; False if the reader closed the pipe (`make diff PART=3 | head`: seen enough)."""
-    try:
-        sys.stdout.write(text)
-    except BrokenPipeError:
-        sys.stderr.close()
-        return False
-    return True
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", type=int, required=False)
+    ap.add_argument("--part", type=int)
     ap.add_argument("--step", help="one step of the part's ladders alone: 2, fwd3 (a part with a steps/ folder)")
     args = ap.parse_args(argv)
     n = args.part
@@ -46,7 +36,6 @@ def main(argv=None):
             "its README.md says what is coming"
         )
         return 2
-    ladders = steps.ladders(parts.folder(n))
     if args.step is not None:
         try:
             ladder, i = steps.find(n, args.step)
@@ -55,9 +44,9 @@ def main(argv=None):
             return 2
         path = ladder[i].path
         if path.suffix == ".py":  # a ladder's first step, a whole new file: every line is added
-            _write(steps.patch_text("", path.read_text(), "/dev/null", str(path.relative_to(ROOT))))
+            sys.stdout.write(steps.patch_text("", path.read_text(), "/dev/null", str(path.relative_to(ROOT))))
         else:
-            _write(path.read_text())
+            sys.stdout.write(path.read_text())
         return 0
     old, new = parts.folder(n - 1), parts.folder(n)
     a, b = parts.path(n - 1), parts.path(n)
@@ -67,15 +56,14 @@ def main(argv=None):
         fromfile=str(a.relative_to(ROOT)),
         tofile=str(b.relative_to(ROOT)),
     )
-    if not _write("".join(diff)):
-        return 0
+    sys.stdout.write("".join(diff))
     skip = {"__pycache__", "README.md"}
     added = sorted(
         p.name + "/" * p.is_dir() for p in new.iterdir() if p.name not in skip and not (old / p.name).exists()
     )
     if added:
         print(f"\nPart {n} also adds: {', '.join(added)}")
-    for ladder, found in ladders.items():
+    for ladder, found in steps.ladders(new).items():
         names = ", ".join(f"{s.name} {s.label}" for s in found)
         what = f"builds {steps.TARGETS[ladder]} in {len(found)} steps" if ladder else f"makes {len(found)} changes"
         print(f"Part {n} {what}; one at a time: make diff PART={n} STEP=<step> ({names})")
@@ -83,4 +71,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the reader closed the pipe (`make diff PART=3 | head`: seen enough)
+        sys.stderr.close()  # and Python's complaint about it, at exit, with it

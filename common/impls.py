@@ -62,14 +62,9 @@ def part_impl(n):
     module = parts.load(n)
     triton_part = parts.uses_triton(n)
     pytorch_backward = parts.pytorch_backward(module)
-
-    def forward(q, k, v, causal):
-        o, lse = module.flash_forward(q, k, v, causal)
-        return {"O": o, "L": lse}
-
     return Impl(
         name=f"part{n}",
-        forward=forward,
+        forward=lambda *args: dict(zip("OL", module.flash_forward(*args))),
         attention=module.FlashAttention.apply,
         part=n,
         max_n=None if triton_part else PYTORCH_PART_MAX_N,
@@ -104,12 +99,7 @@ def sdpa_context(name):
 
     if name == "default":
         return contextlib.nullcontext()
-    pinned = {
-        "flash": "FLASH_ATTENTION",
-        "cudnn": "CUDNN_ATTENTION",
-        "efficient": "EFFICIENT_ATTENTION",
-        "math": "MATH",
-    }
+    pinned = dict(flash="FLASH_ATTENTION", cudnn="CUDNN_ATTENTION", efficient="EFFICIENT_ATTENTION", math="MATH")
     return sdpa_kernel([getattr(SDPBackend, pinned[name])])
 
 

@@ -62,22 +62,15 @@ STRESS_SCALE = 5.0
 def random_shapes(count, seed, max_n, ds=(16, 32, 64, 128)):
     """A seeded sweep of random shapes (3-D and 4-D, any N in [1, max_n], any supported D)."""
     rng = random.Random(seed)
-    shapes = []
-    for _ in range(count):
-        lead = (rng.randint(1, 3),) if rng.random() < 0.5 else (rng.randint(1, 2), rng.randint(1, 3))
-        shapes.append(Shape(lead, rng.randint(1, max_n), rng.randint(1, max_n), rng.choice(ds)))
-    return shapes
+
+    def lead():
+        return (rng.randint(1, 3),) if rng.random() < 0.5 else (rng.randint(1, 2), rng.randint(1, 3))
+
+    return [Shape(lead(), rng.randint(1, max_n), rng.randint(1, max_n), rng.choice(ds)) for _ in range(count)]
 
 
 def make_inputs(shape, dtype, device, seed=0, scale=1.0):
-    """Seeded (q, k, v, do): q (..., N_q, D), k and v (..., N_k, D), do like q."""
+    """Seeded (q, k, v, do): q (..., N_q, D), k and v (..., N_k, D), do like q; q and k times scale."""
     gen = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(s, mult=1.0):
-        return (torch.randn(s, generator=gen, device=device, dtype=torch.float32) * mult).to(dtype)
-
-    q = randn(shape.q_shape, scale)
-    k = randn(shape.kv_shape, scale)
-    v = randn(shape.kv_shape)
-    do = randn(shape.q_shape)
-    return q, k, v, do
+    drawn = ((shape.q_shape, scale), (shape.kv_shape, scale), (shape.kv_shape, 1.0), (shape.q_shape, 1.0))
+    return tuple((torch.randn(s, generator=gen, device=device, dtype=torch.float32) * m).to(dtype) for s, m in drawn)

@@ -15,6 +15,7 @@ What common/ reads of a part is its interface, in its flash_attention.py, and no
   on), and, where a part routes calls to other kernels (part 5), _last_forward["label"].
 """
 
+import functools
 import importlib
 import importlib.util
 import re
@@ -77,14 +78,11 @@ def forward_config(module):
     left (part 5's Gluon kernels: "gluon 2x64x128 s2"), else what the autotuner chose for its
     _attn_fwd ("128x64 w4 s3"); "" for a part whose forward is not autotuned, or not called yet."""
     label = (getattr(module, "_last_forward", None) or {}).get("label")
-    if label:
-        return label
-    kernel = getattr(module, "_attn_fwd", None)
-    if kernel is None:
-        return ""
+    if label or not hasattr(module, "_attn_fwd"):
+        return label or ""
     from common import triton_tools  # here, not at the top: finding parts needs only the standard library
 
-    return triton_tools.chosen_label(kernel)
+    return triton_tools.chosen_label(module._attn_fwd)
 
 
 def load(n):
@@ -95,17 +93,13 @@ def load(n):
     return importlib.import_module(f"{folder(n).name}.flash_attention")
 
 
-_variants = {}
-
-
+@functools.cache
 def load_variant(n, name):
     """Part n's kernel file with a study's patch, tools/variants/<name>.diff, applied
     (common.steps.variant), imported as a module of its own (once): a study's switch is a patch."""
-    if (n, name) not in _variants:
-        from common import steps  # here: common.steps imports this module
+    from common import steps  # here: common.steps imports this module
 
-        _variants[n, name] = load_source(f"part{n}_variant_{name}", steps.variant(n, name))
-    return _variants[n, name]
+    return load_source(f"part{n}_variant_{name}", steps.variant(n, name))
 
 
 def load_source(name, source):

@@ -14,9 +14,9 @@ then those of each part's report module (part<N>_*/report.py or part<N>_*/tools/
 and draw(gpu_dir) -> the plots it wrote). Every table starts with its provenance line: the GPU,
 versions, commits and dates of its rows and the command that regenerates them.
 
-A code block is the def or class NAME (Outer.inner inside another) of the file PATH as it is in the
-file, decorators included, docstring left out; PATH may name a ladder's step (part5_profiling/steps/fwd3:
-the kernel file after that step, common/steps.py). A part of it: NAME:from=TEXT,to=TEXT (either may go),
+A code block is the def or class NAME (at the file's top level) of the file PATH as it is in the file,
+decorators included, docstring left out; PATH may name a ladder's step (part5_profiling/steps/fwd3: the
+kernel file after that step, common/steps.py). A part of it: NAME:from=TEXT,to=TEXT (either may go),
 from the one line holding the first text to the one line after it holding the second. An anchor line
 stands for its whole statement (a call spread over lines), and a line opening an if, for, with or def
 brings its block. A name, file or anchor not found (or on several lines), a marker not closed, or a
@@ -43,8 +43,7 @@ from common.results import read_csv, table_block
 from common.timing import attention_flops
 
 MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
-CODE = re.compile(r"^(<!-- code:([^\n]+?) -->\n)(.*?)(<!-- /code:\2 -->)", re.S | re.M)
-CODE_OPENING = re.compile(r"^<!-- code:([^\n]+?) -->$", re.M)
+CODE = re.compile(r"^(<!-- code:([^\n]+?) -->\n)(?:(.*?)(<!-- /code:\2 -->))?", re.S | re.M)  # 4: None if not closed
 PANELS = [(64, 0), (64, 1), (128, 0), (128, 1)]  # (D, causal): the benchmark's four groups
 MODES = {"fwd": "forward", "fwd+bwd": "forward + backward"}
 
@@ -63,26 +62,29 @@ def yes_no(causal):
     return "yes" if causal else "no"
 
 
-def per_shape(ns, cells, shapes=PANELS):
+def per_shape(ns, cells):
     """A table body: [D, causal, N, *cells(d, c, n)] for each shape and N, where cells gives a list (None: no row)."""
-    return [[d, yes_no(c), n, *x] for d, c in shapes for n in ns if (x := cells(d, c, n)) is not None]
+    return [[d, yes_no(c), n, *x] for d, c in PANELS for n in ns if (x := cells(d, c, n)) is not None]
 
 
 # ------------------------------------------------------------------------------------ bench.csv
 def tflops_index(rows, column="ms", mode="fwd"):
     """{(impl, D, causal, N): TFLOP/s} for the timed rows of one mode, from a time column (ms or graph_ms)."""
-    index = {}
-    for r in rows:
-        if r["mode"] == mode and r.get(column) is not None:
-            flops = attention_flops(r["B"], r["H"], r["N"], r["N"], r["D"], r["causal"], mode)
-            index[(r["impl"], r["D"], r["causal"], r["N"])] = flops / r[column] * 1e-9
-    return index
+
+    def tf(r):
+        return attention_flops(r["B"], r["H"], r["N"], r["N"], r["D"], r["causal"], mode) / r[column] * 1e-9
+
+    return {
+        (r["impl"], r["D"], r["causal"], r["N"]): tf(r) for r in rows if r["mode"] == mode and r.get(column) is not None
+    }
 
 
-@functools.cache
-def pytorch_backward_parts():
-    """The parts whose backward is common/backward.py's tiled PyTorch loop, read off each part's module."""
-    return frozenset(n for n in parts.available() if parts.pytorch_backward(parts.load(n)))
+def plot(gpu_dir, csv, png, figure):
+    """[the path of png], drawn by figure(the rows of csv) in gpu_dir; [] where the CSV is not there."""
+    if not (gpu_dir / csv).exists():
+        return []
+    figure(read_csv(gpu_dir / csv)).savefig(gpu_dir / png, dpi=110)
+    return [gpu_dir / png]
 
 
 PROGRESSION = dict(D=128, causal=1, N=4096)  # the one shape of the progression (B=4, H=8, bf16)
@@ -90,69 +92,52 @@ BASE = "sdpa_cudnn"  # the library the progression measures against: the fastest
 
 
 def progression(rows):
-    """One entry per part (the registry's and the CSV's), then SDPA cuDNN: {"impl", mode: (TFLOP/s, N,
-    cuDNN's TFLOP/s at that N) or None}, at PROGRESSION's N, or at a part's longest N where it was never
-    timed that long (part 0, Python loops: up to N = 2048)."""
+    """One entry per part (the registry's and the CSV's), then SDPA cuDNN: {"impl", "part" (None for
+    cuDNN), "loop" (its backward is common/backward.py's tiled PyTorch loop), mode: (TFLOP/s, N, cuDNN's
+    TFLOP/s at that N) or None}, at PROGRESSION's N, or at a part's longest N where it was never timed
+    that long (part 0, Python loops: up to N = 2048)."""
     d, c, n = PROGRESSION.values()
     numbers = sorted(set(parts.available()) | {r["part"] for r in rows if r["part"] is not None})
+    loops = {k for k in parts.available() if parts.pytorch_backward(parts.load(k))}
     entries, idx = [], {mode: tflops_index(rows, mode=mode) for mode in MODES}
-    for impl in [f"part{k}" for k in numbers] + [BASE]:
-        entry = {"impl": impl}
+    for k in [*numbers, None]:
+        impl = BASE if k is None else f"part{k}"
+        entry = {"impl": impl, "part": k, "loop": k in loops}
         for mode in MODES:
             timed = [r for r in rows if r["impl"] == impl and r["mode"] == mode and r["ms"] is not None]
-            at = n
-            if timed and max(r["N"] for r in timed) < n:  # never timed this long: its longest N instead
-                at = max((r["N"] for r in timed if (r["D"], r["causal"]) == (d, c)), default=n)
+            longest = max((r["N"] for r in timed if (r["D"], r["causal"]) == (d, c)), default=n)
+            at = longest if all(r["N"] < n for r in timed) else n  # never timed this long: its longest N instead
             mine = idx[mode].get((impl, d, c, at))
             entry[mode] = None if mine is None else (mine, at, idx[mode].get((BASE, d, c, at)))
         entries.append(entry)
     return entries
 
 
-def _part_number(impl):
-    return int(impl[4:]) if re.fullmatch(r"part\d+", impl) else None
-
-
 def table_progression(gpu_dir):
     """One row per part at one shape: forward, and forward + backward, each beside its share of cuDNN's."""
     rows = read_csv(gpu_dir / "bench.csv")
     d, c, n = PROGRESSION.values()
-    body, shorter, missing, entries = [], [], [], progression(rows)
+    entries, body, shorter = progression(rows), [], []
     for e in entries:
-        impl, number = e["impl"], _part_number(e["impl"])
+        label = impl_label(e["impl"])
         at = ", ".join(map(str, sorted({x[1] for x in (e["fwd"], e["fwd+bwd"]) if x is not None and x[1] != n})))
-        shorter += [f"{impl_label(impl)} was timed only up to N = {at}: its row is at N = {at}"] if at else []
-        name = impl_label(impl) if number is None else f"[{impl_label(impl)}]({parts.folder(number).name}/README.md)"
-        cells = [name + (f" (N = {at})" if at else "")]
-        for mode, what in MODES.items():
-            x = e[mode]
-            cells += ["—", "—"] if x is None else [tflops(x[0]), percent(x[0], x[2])]
-            missing += [f"{impl_label(impl)} {what}"] if x is None else []
-        loop = "the tiled PyTorch loop (`common/backward.py`)"
-        body.append(
-            [*cells, "cuDNN's" if number is None else loop if number in pytorch_backward_parts() else "its own kernels"]
-        )
+        shorter += [f"{label} was timed only up to N = {at}: its row is at N = {at}"] if at else []
+        name = label if e["part"] is None else f"[{label}]({parts.folder(e['part']).name}/README.md)"
+        fwd, both = [(tflops(x[0]), percent(x[0], x[2])) if x else ("—", "—") for x in (e["fwd"], e["fwd+bwd"])]
+        backward = "the tiled PyTorch loop (`common/backward.py`)" if e["loop"] else "its own kernels"
+        body.append([name + (f" (N = {at})" if at else ""), *fwd, *both, "cuDNN's" if e["part"] is None else backward])
+    missing = [f"{impl_label(e['impl'])} {what}" for e in entries for mode, what in MODES.items() if e[mode] is None]
     impls = {e["impl"] for e in entries}
     used = [r for r in rows if (r["D"], r["causal"]) == (d, c) and r["mode"] in MODES and r["impl"] in impls]
-    header = [
-        "implementation",
-        "forward, TFLOP/s",
-        "% of cuDNN",
-        "forward + backward, TFLOP/s",
-        "% of cuDNN",
-        "backward",
-    ]
+    header = ["implementation", "forward, TFLOP/s", "% of cuDNN", "forward + backward, TFLOP/s", "% of cuDNN"]
     caption = (
         f"D = {d}, {'causal' if c else 'non-causal'}, N = {n}, B=4, H=8, bf16; TFLOP/s by do_bench (the backward "
         "counts 2.5 times the forward's FLOPs), each beside its share of SDPA cuDNN's at the same shape and mode:"
     )
-    out = [table_block(used, "make bench && make report", caption, header, body, "lrrrrl")]
-    if shorter:
-        note = f"{'; '.join(shorter)}, beside SDPA cuDNN's at that N."
-        out.append(note[:1].upper() + note[1:])
-    if missing:
-        out.append(f"—: not in bench.csv at this shape ({', '.join(missing)}).")
-    return "\n\n".join(out)
+    notes = [f"{'; '.join(shorter)}, beside SDPA cuDNN's at that N."] if shorter else []
+    notes += [f"—: not in bench.csv at this shape ({', '.join(missing)})."] if missing else []
+    table = table_block(used, "make bench && make report", caption, [*header, "backward"], body, "lrrrrl")
+    return "\n\n".join([table, *(note[:1].upper() + note[1:] for note in notes)])
 
 
 def progression_figure(rows):
@@ -162,43 +147,41 @@ def progression_figure(rows):
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    entries, pytorch, (d, c, n) = progression(rows), pytorch_backward_parts(), PROGRESSION.values()
+    entries, (d, c, n) = progression(rows), PROGRESSION.values()
     colours, base_colours = {"fwd": "tab:blue", "fwd+bwd": "tab:orange"}, {"fwd": "black", "fwd+bwd": "dimgray"}
     fig = Figure(figsize=(11, 5.5))
     ax = fig.subplots()
     for k, (mode, what) in enumerate(MODES.items()):
         heights = [0 if e[mode] is None else e[mode][0] for e in entries]
         face = [base_colours[mode] if e["impl"] == BASE else colours[mode] for e in entries]
-        bars = ax.bar([i + (k - 0.5) * 0.4 for i in range(len(entries))], heights, 0.4, color=face, label=what)
-        labels = []
-        for bar, e in zip(bars, entries):
-            x, loop = e[mode], mode == "fwd+bwd" and _part_number(e["impl"]) in pytorch
-            if loop:
-                bar.set_hatch("//")
-            label = "—" if x is None else tflops(x[0]) + (f"\n(N={x[1]})" if x[1] != n else "")
-            labels.append(label + ("\nPyTorch\nbackward" if loop and x is not None else ""))
+        loops = [mode == "fwd+bwd" and e["loop"] for e in entries]
+        at = [i + (k - 0.5) * 0.4 for i in range(len(entries))]
+        bars = ax.bar(at, heights, 0.4, color=face, label=what, hatch=["//" if loop else None for loop in loops])
+        labels = [
+            "—" if x is None else tflops(x[0]) + (f"\n(N={x[1]})" if x[1] != n else "") + "\nPyTorch\nbackward" * loop
+            for x, loop in zip((e[mode] for e in entries), loops)
+        ]
         ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
-        if (base := next((e[mode] for e in entries if e["impl"] == BASE), None)) is not None:
+        if (base := entries[-1][mode]) is not None:
             ax.axhline(base[0], color=base_colours[mode], ls="--", lw=0.8)
     ax.set_xticks(range(len(entries)), [impl_label(e["impl"]) for e in entries])
     ax.set_ylabel("TFLOP/s (do_bench)")
     ax.margins(y=0.15)
-    handles = [Patch(color=colours[mode], label=what) for mode, what in MODES.items()]
-    handles += [
-        Line2D([], [], color=base_colours[m], ls="--", lw=0.8, label=f"SDPA cuDNN, {w}") for m, w in MODES.items()
+    handles = [
+        *(Patch(color=colours[mode], label=what) for mode, what in MODES.items()),
+        *(Line2D([], [], color=base_colours[m], ls="--", lw=0.8, label=f"SDPA cuDNN, {w}") for m, w in MODES.items()),
     ]
     ax.legend(handles=handles, fontsize=8, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    causal = "causal" if c else "non-causal"
-    ax.set_title(f"One part at a time: D = {d}, {causal}, N = {n}, B=4, H=8, bf16 — {rows[0]['gpu']}")
+    ax.set_title(
+        f"One part at a time: D = {d}, {'causal' if c else 'non-causal'}, N = {n}, B=4, H=8, bf16 — {rows[0]['gpu']}"
+    )
     fig.tight_layout()
     return fig
 
 
-def draw_bench(gpu_dir):
-    """progression.png, the top README's chart, from bench.csv."""
-    progression_figure(read_csv(gpu_dir / "bench.csv")).savefig(gpu_dir / "progression.png", dpi=110)
-    return [gpu_dir / "progression.png"]
+def _bench_block(rows, part, caption, header, body, align):
+    return table_block(rows, f"make bench PART={part} && make report", caption, header, body, align)
 
 
 def table_part(gpu_dir, part):
@@ -220,9 +203,7 @@ def table_part(gpu_dir, part):
     caption = "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if cfg else "") + ":"
     body = per_shape(sorted({r["N"] for r in rows}), cells)
     header = ["D", "causal", "N", *cols, *["config"] * cfg]
-    return table_block(
-        compared, f"make bench PART={part} && make report", caption, header, body, "llr" + "r" * len(cols) + "l" * cfg
-    )
+    return _bench_block(compared, part, caption, header, body, "llr" + "r" * len(cols) + "l" * cfg)
 
 
 def table_summary(gpu_dir, part, n, mode):
@@ -233,35 +214,38 @@ def table_summary(gpu_dir, part, n, mode):
     before = [idx.get((prev, d, c, n)) for d, c in PANELS]
     shown = any(x is not None for x in before)  # part 0 was never timed this long: no column for it
     group = [f"part {part - 1}"] * shown + [f"**part {part}**", "cuDNN", f"part {part} / cuDNN"]
-    body = []
-    for x, (d, c) in zip(before, PANELS):
-        mine, cu = idx.get((me, d, c, n)), idx.get(("sdpa_cudnn", d, c, n))
-        body.append([d, yes_no(c), *[tflops(x)] * shown, f"**{tflops(mine)}**", tflops(cu), percent(mine, cu)])
+    mine, cu = ([idx.get((i, d, c, n)) for d, c in PANELS] for i in (me, "sdpa_cudnn"))
+    body = [
+        [d, yes_no(c), *[tflops(x)] * shown, f"**{tflops(m)}**", tflops(u), percent(m, u)]
+        for (d, c), x, m, u in zip(PANELS, before, mine, cu)
+    ]
     used = [r for r in rows if r["impl"] in (me, prev, "sdpa_cudnn") and r["mode"] == mode and r["N"] == n]
     flops = " (the backward counts 2.5 times the forward's FLOPs)" * (mode == "fwd+bwd")
     header = ["D", "causal", f"{MODES[mode]}: {group[0]}", *group[1:]]
     caption = f"TFLOP/s by do_bench at N = {n}, B=4, H=8, bf16{flops}:"
-    return table_block(used, f"make bench PART={part} && make report", caption, header, body, "ll" + "r" * len(group))
+    return _bench_block(used, part, caption, header, body, "ll" + "r" * len(group))
 
 
 def table_causal_time(gpu_dir, part):
     """Milliseconds with and without the causal mask: the same time means the same work was done."""
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == "fwd" and r["ms"] is not None]
-    ms = {(r["D"], r["causal"], r["N"]): r["ms"] for r in rows if r["impl"] == f"part{part}"}
-    flash = {(r["D"], r["causal"], r["N"]): r["ms"] for r in rows if r["impl"] == "sdpa_flash"}
-    body = []
-    for d in (64, 128):
-        for n in sorted({n for _, _, n in ms}):
-            if (d, 0, n) in ms and (d, 1, n) in ms and n >= 2048:
-                fl = f"{flash[(d, 1, n)] / flash[(d, 0, n)]:.2f}" if (d, 0, n) in flash and (d, 1, n) in flash else "—"
-                body.append(
-                    [d, n, f"{ms[(d, 0, n)]:.3f}", f"{ms[(d, 1, n)]:.3f}", f"{ms[(d, 1, n)] / ms[(d, 0, n)]:.2f}", fl]
-                )
+    ms, me = {(r["impl"], r["D"], r["causal"], r["N"]): r["ms"] for r in rows}, f"part{part}"
+
+    def ratio(impl, d, n):
+        a, b = ms.get((impl, d, 0, n)), ms.get((impl, d, 1, n))
+        return "—" if a is None or b is None else f"{b / a:.2f}"
+
+    ns = sorted({n for i, _, _, n in ms if i == me and n >= 2048})
+    body = [
+        [d, n, f"{ms[(me, d, 0, n)]:.3f}", f"{ms[(me, d, 1, n)]:.3f}", ratio(me, d, n), ratio("sdpa_flash", d, n)]
+        for d in (64, 128)
+        for n in ns
+        if (me, d, 0, n) in ms and (me, d, 1, n) in ms
+    ]
     header = ["D", "N", f"part {part}, non-causal", f"part {part}, causal", "causal / non-causal"]
-    used = [r for r in rows if r["impl"] in (f"part{part}", "sdpa_flash") and r["N"] >= 2048]
+    used = [r for r in rows if r["impl"] in (me, "sdpa_flash") and r["N"] >= 2048]
     caption = "Milliseconds per forward (B=4, H=8, bf16); causal does half the useful work:"
-    header.append("SDPA flash, causal / non-causal")
-    return table_block(used, f"make bench PART={part} && make report", caption, header, body, "lrrrrr")
+    return _bench_block(used, part, caption, [*header, "SDPA flash, causal / non-causal"], body, "lrrrrr")
 
 
 def table_graph(gpu_dir, part):
@@ -273,14 +257,8 @@ def table_graph(gpu_dir, part):
 
     def cells(d, c, n):
         if (me, d, c, n) in timed:
-            g, fg = graph.get((me, d, c, n)), graph.get(("sdpa_flash", d, c, n))
-            return [
-                tflops(timed[(me, d, c, n)]),
-                tflops(g),
-                tflops(timed.get(("sdpa_flash", d, c, n))),
-                tflops(fg),
-                percent(g, fg),
-            ]
+            (t, g), (ft, fg) = ([idx.get((i, d, c, n)) for idx in (timed, graph)] for i in (me, "sdpa_flash"))
+            return [tflops(t), tflops(g), tflops(ft), tflops(fg), percent(g, fg)]
 
     header = ["D", "causal", "N", f"part {part}", f"part {part}, graph", "SDPA flash", "SDPA flash, graph"]
     caption = (
@@ -289,21 +267,20 @@ def table_graph(gpu_dir, part):
         "recorded once and replayed back to back: no launch cost, and no flush, so inputs that fit in L2 "
         "stay there):"
     )
-    compared, body = (
-        [r for r in rows if r["impl"] in (me, "sdpa_flash")],
-        per_shape(sorted({r["N"] for r in rows}), cells),
-    )
-    command = f"make bench PART={part} && make report"
-    return table_block(compared, command, caption, [*header, f"part {part} / flash, graph"], body, "llrrrrrr")
+    compared = [r for r in rows if r["impl"] in (me, "sdpa_flash")]
+    body = per_shape(sorted({r["N"] for r in rows}), cells)
+    return _bench_block(compared, part, caption, [*header, f"part {part} / flash, graph"], body, "llrrrrrr")
 
 
 # ------------------------------------------------------------------------------------ code in the READMEs
 class CodeError(ValueError):
-    """A code marker whose file, name or anchor is not found (or is found twice); args: the problems."""
+    """What stops the report before it writes anything (a marker whose table, file, name or anchor is not
+    found, or is found twice); args: one line per problem."""
 
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.Match, *DEFS)
+SPEC = re.compile(r"([^:]+):(\w+)(?::(?:from=(.+?)(?:,to=(.+))?|to=(.+)))?")  # PATH:NAME[:from=TEXT][,to=TEXT]
 
 
 def _level(body):
@@ -315,56 +292,38 @@ def _level(body):
             yield node
 
 
-def find_def(tree, name):
-    """The def or class `name` ("Outer.inner" inside another) of a parsed file; CodeError if not there or twice."""
-    node = tree
-    for i, part in enumerate(name.split(".")):
-        found = [n for n in _level(node.body) if isinstance(n, DEFS) and n.name == part]
-        where = f"in {'.'.join(name.split('.')[:i])}" if i else "at its top level"
-        if len(found) != 1:
-            lines = f" {len(found)} times {where} (lines {', '.join(str(x.lineno) for x in found)})"
-            raise CodeError(f"{part} is defined{lines}" if found else f"no function or class {part} {where}")
-        node = found[0]
-    return node
+def _one(found, none, many):
+    """The one line number in found; CodeError saying `none`, or `many` and the lines, otherwise."""
+    if len(found) != 1:
+        raise CodeError(f"{many} (lines {', '.join(map(str, found))})" if found else none)
+    return found[0]
 
 
 def _anchor(lines, lo, hi, text, what, name):
     """The one line number in lo..hi (1-based) holding text."""
-    found = [i for i in range(lo, hi + 1) if text in lines[i - 1]]
     where = name if what == "from" else f"{name} from line {lo} on"
-    if len(found) != 1:
-        times = (
-            f"on {len(found)} lines of {where} (lines {', '.join(map(str, found))})"
-            if found
-            else f"on no line of {where}"
-        )
-        raise CodeError(f"the {what} text {text!r} is {times}")
-    return found[0]
+    found = [i for i in range(lo, hi + 1) if text in lines[i - 1]]
+    said = f"the {what} text {text!r} is on"
+    return _one(found, f"{said} no line of {where}", f"{said} {len(found)} lines of {where}")
 
 
 def _statement(node, line):
     """(first, last) line of what an anchor on `line` stands for: its whole simple statement, and the
     block of a compound statement that starts on it; the line alone outside any statement (a comment)."""
-    first, last = line, line
-    for s in ast.walk(node):
-        if isinstance(s, ast.stmt) and s is not node and s.lineno <= line <= s.end_lineno:
-            if not isinstance(s, COMPOUND):
-                first, last = min(first, s.lineno), max(last, s.end_lineno)
-            elif s.lineno == line:
-                last = max(last, s.end_lineno)
-    return first, last
+    around = [
+        s for s in ast.walk(node) if isinstance(s, ast.stmt) and s is not node and s.lineno <= line <= s.end_lineno
+    ]
+    simple = [s for s in around if not isinstance(s, COMPOUND)]
+    opened = [s for s in around if isinstance(s, COMPOUND) and s.lineno == line]
+    return min([line, *(s.lineno for s in simple)]), max([line, *(s.end_lineno for s in simple + opened)])
 
 
 def code_excerpt(spec, root=None):
-    """The dedented source a code marker names (PATH:NAME[:from=TEXT][,to=TEXT], module docstring); CodeError if not found."""
-    root = Path(root or ROOT)
-    path, _, rest = spec.partition(":")
-    name, _, anchors = rest.partition(":")
-    if not path or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
-        raise CodeError("expected PATH:NAME or PATH:NAME:from=TEXT,to=TEXT")
-    m = re.fullmatch(r"from=(.+?)(?:,to=(.+))?|to=(.+)", anchors) if anchors else None
-    if anchors and not m:
-        raise CodeError(f"after the name, expected from=TEXT,to=TEXT, from=TEXT or to=TEXT, not {anchors!r}")
+    """The dedented source a code marker names (SPEC); CodeError if not found."""
+    root, m = Path(root or ROOT), SPEC.fullmatch(spec)
+    if not m:
+        raise CodeError("expected PATH:NAME or PATH:NAME:from=TEXT,to=TEXT (or from=TEXT, or to=TEXT)")
+    path, name, start, end = m[1], m[2], m[3], m[4] or m[5]
     if step := re.fullmatch(r"part(\d+)_\w+/steps/([a-z]*\d+)", path):  # a ladder's step: its kernel file
         try:
             ladder, i = steps.find(int(step[1]), step[2])
@@ -376,49 +335,26 @@ def code_excerpt(spec, root=None):
     else:
         raise CodeError(f"there is no file {path} in the repository")
     try:
-        node = find_def(ast.parse(source), name)
+        defs = {n.lineno: n for n in _level(ast.parse(source).body) if isinstance(n, DEFS) and n.name == name}
     except SyntaxError as e:
         raise CodeError(f"{path} does not parse: {e.msg} (line {e.lineno})") from None
-    except CodeError as e:
-        raise CodeError(f"{path}: {e}") from None
+    node = defs[
+        _one(list(defs), f"{path}: no function or class {name}", f"{path}: {name} is defined {len(defs)} times")
+    ]
     lines, lo, hi = source.splitlines(), min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
-    if m:
-        start, end = m[1], m[2] or m[3]
+    if start or end:
         lo = lo if start is None else _statement(node, _anchor(lines, lo, hi, start, "from", name))[0]
         hi = hi if end is None else _statement(node, _anchor(lines, lo, hi, end, "to", name))[1]
         keep = lines[lo - 1 : hi]
-    else:  # the whole def, without its docstring and the blank lines after it
-        doc, skip = node.body[0], set()
-        is_doc = isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
-        if is_doc and len(node.body) > 1 and doc.lineno != node.lineno:
-            end = doc.end_lineno
-            while end < hi and not lines[end].strip():
-                end += 1
-            skip = set(range(doc.lineno, end + 1))
-        keep = [lines[i - 1] for i in range(lo, hi + 1) if i not in skip]
+    elif ast.get_docstring(node) is not None and len(node.body) > 1 and node.body[0].lineno != node.lineno:
+        # the whole def, without its docstring and the blank lines after it
+        doc, end = node.body[0].lineno, node.body[0].end_lineno
+        while end < hi and not lines[end].strip():
+            end += 1
+        keep = lines[lo - 1 : doc - 1] + lines[end:hi]
+    else:
+        keep = lines[lo - 1 : hi]
     return textwrap.dedent("\n".join(keep)).strip("\n")
-
-
-def fill_code(text, root=None):
-    """text with every code block rebuilt from its file; CodeError naming each marker not found or not closed."""
-    problems = []
-
-    def one(m):
-        try:
-            return f"{m[1]}```python\n{code_excerpt(m[2], root)}\n```\n{m[4]}"
-        except CodeError as e:
-            problems.append(f"<!-- code:{m[2]} -->: {e}")
-            return m[0]
-
-    new, closed = CODE.sub(one, text), {m.start() for m in CODE.finditer(text)}
-    problems += [
-        f"<!-- code:{m[1]} -->: no closing <!-- /code:{m[1]} --> after it"
-        for m in CODE_OPENING.finditer(text)
-        if m.start() not in closed
-    ]
-    if problems:
-        raise CodeError(*problems)
-    return new
 
 
 # ------------------------------------------------------------------------------------ READMEs and logs
@@ -435,11 +371,9 @@ def part_reports():
 
 def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
-    ValueError if a name is taken twice (marker names are global)."""
-    tables = {"cold-start": coldstart.table, "train-step": train_step.table}
-    tables |= {"train-step-summary": train_step.summary, "decode": train_step.decode_table}
-    tables["targets"] = targets.table
-    tables["progression"] = table_progression
+    CodeError if a name is taken twice (marker names are global)."""
+    tables = {"cold-start": coldstart.table, "train-step": train_step.table, "train-step-summary": train_step.summary}
+    tables |= {"decode": train_step.decode_table, "targets": targets.table, "progression": table_progression}
     for n in parts.folders():
         tables |= {
             f"part{n}": functools.partial(table_part, part=n),
@@ -448,14 +382,10 @@ def all_tables(reports):
             f"part{n}-fwd-4096": functools.partial(table_summary, part=n, n=4096, mode="fwd"),
             f"part{n}-fwdbwd-4096": functools.partial(table_summary, part=n, n=4096, mode="fwd+bwd"),
         }
-    owner = dict.fromkeys(tables, __name__)
     for module in reports:
-        for name, table in module.TABLES.items():
-            if name in tables:
-                raise ValueError(
-                    f"table {name!r} of {module.__name__} is taken by {owner[name]}: marker names are global"
-                )
-            tables[name], owner[name] = table, module.__name__
+        if taken := sorted(tables.keys() & module.TABLES.keys()):
+            raise CodeError(f"{module.__name__}: table {', '.join(taken)} is taken already (marker names are global)")
+        tables |= module.TABLES
     return tables
 
 
@@ -472,9 +402,29 @@ def render(table, gpu_dir):
 
 
 def fill(text, tables, gpu_dir, root=None):
-    """text with every results block rebuilt from the CSVs and every code block from its file (CodeError)."""
-    text = MARKER.sub(lambda m: f"{m[1]}{render(tables[m[2]], gpu_dir)}\n{m[4]}", text)
-    return fill_code(text, root)
+    """text with every results block rebuilt from the CSVs and every code block from its file; CodeError
+    naming each marker with no table, not found or not closed."""
+    problems = []
+
+    def results_block(m):
+        if m[2] not in tables:
+            problems.append(f"no table for <!-- results:{m[2]} -->")
+            return m[0]
+        return f"{m[1]}{render(tables[m[2]], gpu_dir)}\n{m[4]}"
+
+    def code_block(m):
+        try:
+            if m[4] is not None:
+                return f"{m[1]}```python\n{code_excerpt(m[2], root)}\n```\n{m[4]}"
+            problems.append(f"<!-- code:{m[2]} -->: no closing <!-- /code:{m[2]} --> after it")
+        except CodeError as e:
+            problems.append(f"<!-- code:{m[2]} -->: {e}")
+        return m[0]
+
+    new = CODE.sub(code_block, MARKER.sub(results_block, text))
+    if problems:
+        raise CodeError(*problems)
+    return new
 
 
 LESSONS_GPU = "h200"  # the GPU whose tables the READMEs show
@@ -513,60 +463,48 @@ def summary_page(gpu_dir):
     return gpu_dir / "summary.md", SUMMARY.format(gpu=rows[0]["gpu"], lessons=lessons, slug=gpu_dir.name, parts=blocks)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpu", default="h200", help="the results/<gpu>/ folder to read (default: h200)")
-    ap.add_argument("--readme", action="append", help="fill only this README (repeatable); default: every README")
-    args = ap.parse_args(argv)
-    gpu_dir = results.results_dir(args.gpu)
-    if not gpu_dir.is_dir():
-        folders = ", ".join(results.gpu_folders())
-        print(f"there is no results/{args.gpu}/; the results folders are: {folders}", file=sys.stderr)
-        return 2
-    reports = part_reports()
-    try:
-        tables = all_tables(reports)
-    except ValueError as e:
-        print(e, file=sys.stderr)
-        return 2
-    chosen = args.readme and {(ROOT / r).resolve() for r in args.readme}
-    sources = {}  # a page filled from a text other than its own: another GPU's summary.md, from SUMMARY
-    if args.gpu == LESSONS_GPU:
-        docs = [p for p in readmes() if not chosen or p.resolve() in chosen]
-    elif (gpu_dir / "bench.csv").exists():  # another GPU's tables go to its own folder, never into the lessons
-        page, sources[page] = summary_page(gpu_dir)
-        docs = [page]
-    else:
-        docs = []
-    docs += sorted(gpu_dir.glob("part*_log.md"))
-    texts = {path: path.read_text() if path.exists() else "" for path in docs}
-    problems = [
-        f"{results.shown(p)}: no table for <!-- results:{m[1]} -->"
-        for p, t in texts.items()
-        for m in MARKER.findall(sources.get(p, t))
-        if m[1] not in tables
-    ]
-    new = {}
-    for path, text in texts.items():
+def fill_pages(gpu_dir, lessons, tables):
+    """{page: its text filled}: the READMEs (lessons) or else the GPU's summary.md (filled from SUMMARY), and
+    the GPU's results logs; CodeError with one line per problem, naming its page."""
+    if lessons:
+        pages = {p: p.read_text() for p in readmes()}
+    else:  # another GPU's tables go to its own folder, never into the lessons
+        pages = dict([summary_page(gpu_dir)]) if (gpu_dir / "bench.csv").exists() else {}
+    pages |= {p: p.read_text() for p in sorted(gpu_dir.glob("part*_log.md"))}
+    new, problems = {}, []
+    for path, text in pages.items():
         try:
-            new[path] = fill(sources.get(path, text), tables, gpu_dir) if not problems else text
-            if path.parent == gpu_dir:  # a page in results/<gpu>/: its links to the parts go up two folders
-                new[path] = re.sub(r"\]\((part\d+_\w+/)", r"](../../\1", new[path])
+            new[path] = fill(text, tables, gpu_dir)
         except CodeError as e:
             problems += [f"{results.shown(path)}: {problem}" for problem in e.args]
     if problems:
-        print("\n".join(problems), file=sys.stderr)
+        raise CodeError(*problems)
+    # a page in results/<gpu>/: its links to the parts go up two folders
+    return {p: re.sub(r"\]\((part\d+_\w+/)", r"](../../\1", t) if p.parent == gpu_dir else t for p, t in new.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpu", default="h200", help="the results/<gpu>/ folder to read (default: h200)")
+    gpu = ap.parse_args(argv).gpu
+    gpu_dir, reports = results.results_dir(gpu), part_reports()
+    try:
+        if not gpu_dir.is_dir():
+            folders = ", ".join(sorted(p.name for p in results.RESULTS.iterdir() if p.is_dir()))
+            raise CodeError(f"there is no results/{gpu}/; the results folders are: {folders}")
+        new = fill_pages(gpu_dir, gpu == LESSONS_GPU, all_tables(reports))
+    except CodeError as e:
+        print("\n".join(e.args), file=sys.stderr)
         return 2
-    drawn = draw_bench(gpu_dir) if (gpu_dir / "bench.csv").exists() else []
+    drawn = plot(gpu_dir, "bench.csv", "progression.png", progression_figure)  # the top README's chart
     drawn += train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []
-    for module in reports:
-        drawn += module.draw(gpu_dir) if hasattr(module, "draw") else []
-    for module in _part_modules(("figures", "tools.figures")):  # pictures drawn from code: draw() -> files
-        drawn += module.draw()
+    drawn += [path for module in reports for path in module.draw(gpu_dir)]
+    # pictures drawn from code: draw() -> files
+    drawn += [path for module in _part_modules(("figures", "tools.figures")) for path in module.draw()]
     for path in drawn:
         print(f"drew {results.shown(path)}")
     for path, text in new.items():
-        if text != texts[path]:
+        if not path.exists() or text != path.read_text():
             path.write_text(text)
             print(f"updated {results.shown(path)}")
     return 0

@@ -8,6 +8,7 @@ them as markdown tables whose provenance line names all of that.
 
 import csv
 import datetime
+import functools
 import os
 import re
 import shlex
@@ -29,15 +30,9 @@ SHAPE_FIELDS = ["B", "H", "N", "D", "dtype", "causal"]
 def results_dir(gpu=None):
     """results/<gpu>/ for the GPU named (e.g. "h200"); by default this machine's GPU, or
     $RESULTS_DIR when it is set (to write somewhere else without touching the committed files)."""
-    if gpu is not None:
-        return RESULTS / gpu
-    chosen = os.environ.get("RESULTS_DIR")
-    return Path(chosen) if chosen else RESULTS / runtime.gpu_slug()
-
-
-def gpu_folders():
-    """The names of the results/<gpu>/ folders that exist."""
-    return sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else []
+    if gpu is None and (chosen := os.environ.get("RESULTS_DIR")):
+        return Path(chosen)
+    return RESULTS / (gpu or runtime.gpu_slug())
 
 
 def shown(path):
@@ -48,14 +43,13 @@ def shown(path):
 def commit():
     """The short commit of the checkout ($GIT_COMMIT wins: a copy without .git can still say; a full
     hash there is shortened as git's --short would, so every row names its commit the same way)."""
-    given = os.environ.get("GIT_COMMIT")
-    if given:
+    if given := os.environ.get("GIT_COMMIT"):
         return given[:7] if re.fullmatch(r"[0-9a-f]{40}", given) else given
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     except OSError:
         return "unknown"
+    return git.stdout.strip() or "unknown"
 
 
 def provenance():
@@ -121,10 +115,7 @@ def write_as_measured(filename, fields, run, failed=failed_check, key=None, repl
     results/<gpu>/filename (merged by `key` if given, `replaces` as write_csv takes it). Returns the
     exit status: 1 if any row failed."""
     path = results_dir() / filename
-
-    def save(rows):
-        write_csv(path, rows, fields, key=key, replaces=replaces)
-
+    save = functools.partial(write_csv, path, fields=fields, key=key, replaces=replaces)
     rows = run(save)
     save(rows)
     print(f"wrote {len(rows)} rows to {shown(path)}")
@@ -152,14 +143,14 @@ def markdown_table(header, rows, align=None):
 
 
 def provenance_line(rows, command):
-    """The line above a table naming the GPU, versions, commits and dates of its rows, and the command that regenerates it."""
-
-    def each(column, chars=None):
-        return ", ".join(sorted({str(r[column])[:chars] for r in rows if r.get(column)}))
-
+    """The line above a table naming the GPU, versions, commits and dates (the day) of its rows, and the
+    command that regenerates it."""
+    each = {
+        c: ", ".join(sorted({str(r[c])[: 10 if c == "date" else None] for r in rows if r.get(c)})) for c in PROVENANCE
+    }
     return (
-        f"_{each('gpu')}; torch {each('torch')}; Triton {each('triton')}; commit {each('commit')}; "
-        f"{each('date', 10)}. Regenerate: `{command}`._"
+        f"_{each['gpu']}; torch {each['torch']}; Triton {each['triton']}; commit {each['commit']}; {each['date']}. "
+        f"Regenerate: `{command}`._"
     )
 
 

@@ -41,7 +41,7 @@ def arguments(doc, argv=None, n=None, d=None, causal=False, extra=()):
     if d is not None:
         args.d = tuple(args.d or d)
     if causal:
-        args.causal = tuple(bool(c) for c in args.causal) if args.causal else (False, True)
+        args.causal = tuple(bool(c) for c in args.causal or (0, 1))
     return args
 
 

@@ -14,6 +14,7 @@ import argparse
 import functools
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -22,16 +23,15 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
-from common import parts, results, runtime, sweep_report, triton_tools
+from common import launch, parts, results, runtime, sweep_report, triton_tools
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.timing import attention_flops, time_ms
 
 MAX_REGS = 255  # registers one thread can address
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-FIELDS = ["D", "causal", "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "smem_est", "smem_compiled", "regs_est"]
-FIELDS += ["regs", "spills", "compile_s", "first_launch_s", "status", "ms", "tflops", "B", "H", "N", "dtype"]
-FIELDS += ["gpu", "torch", "triton", "commit", "date", "command"]
+FIELDS = """D causal BLOCK_M BLOCK_N num_warps num_stages smem_est smem_compiled regs_est regs spills compile_s
+first_launch_s status ms tflops B H N dtype gpu torch triton commit date command""".split()
 
 
 def regs_estimate(block_m, block_n, d, num_warps):
@@ -42,14 +42,15 @@ def regs_estimate(block_m, block_n, d, num_warps):
 class SweepTarget:
     """One kernel to sweep. A configuration is a dict with D, causal, BLOCK_M, BLOCK_N, num_warps and
     num_stages (the first columns of the CSV). A subclass, at module level (the compile workers are
-    other processes and get the target pickled, which records only its class), defines:
-    kernel() -> the @triton.jit kernel (an @triton.autotune wrapper is unwrapped); budget(config) ->
-    (shared memory bytes, float32 registers per thread) estimated before compiling; tensors(d, causal)
-    -> every input and output tensor by name; launch(t, config) -> (positional arguments, constexpr
-    keywords; the sweep adds num_warps and num_stages); grid(t, config); check(t, causal) -> a
-    common.check.Report of what the launch wrote."""
+    other processes and get the target pickled, which records only its class), names its part and
+    kernel and defines: budget(config) -> (shared memory bytes, float32 registers per thread)
+    estimated before compiling; tensors(d, causal) -> every input and output tensor, by the kernel's
+    parameter names; check(t, causal) -> a common.check.Report of what the launch wrote; and grid(t,
+    config) where its programs are laid out otherwise than below (part 2: two grid axes)."""
 
     part = None  # whose kernel: module() is parts.load(part); files are part<N>_...
+    kernel_name = "_attn_fwd"
+    held = "BLOCK_M"  # the tile a program holds for its whole loop: one program per such tile and sequence
     B, H, N = 4, 8, 4096
     dtype = torch.bfloat16
     mode = "fwd"  # which FLOPs the kernel does (common.timing.attention_flops): "bwd" for a backward kernel
@@ -64,19 +65,43 @@ class SweepTarget:
     def module(self):
         return parts.load(self.part)
 
+    def kernel(self):
+        return getattr(self.module(), self.kernel_name)
+
     def flops(self, d, causal):
         return attention_flops(self.B, self.H, self.N, self.N, d, causal, self.mode)
+
+    def arguments(self, t, config):
+        """(positional arguments, keywords) of one launch, as the part's own launcher passes them: the
+        kernel's parameters by name (t's tensors flattened to (B*H, N, ...), the lengths, the scale),
+        then the constexprs, num_warps and num_stages."""
+        n, d = self.N, config["D"]
+        scalars = dict(N_QUERIES=n, N_KEYS=n, N_SEQS=self.B * self.H, N_BUCKET=launch.n_bucket(n, n), scale=d**-0.5)
+        precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as the parts: IEEE products for float32
+        keywords = dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision)
+        keywords.update({k: config[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")})
+        names = [a for a in triton_tools.arg_names(self.kernel()) if a not in keywords]
+        return [t[a].flatten(0, 1) if a in t else scalars[a] for a in names], keywords
+
+    def grid(self, t, config):
+        """One grid axis of (held tiles) x (B*H sequences) programs, as parts 3 and 4 launch."""
+        return (math.ceil(self.N / config[self.held]) * self.B * self.H,)
 
 
 class ForwardTarget(SweepTarget):
     """A forward kernel: Q, K and V of the target's shape in, O and L out, checked against the float64
-    reference. A part's forward sweep subclasses it and says how its kernel is launched."""
+    reference; its budget is the part's smem_bytes and regs_estimate."""
 
     def tensors(self, d, causal):
         shape = Shape((self.B, self.H), self.N, self.N, d)
         q, k, v, _ = make_inputs(shape, self.dtype, runtime.DEVICE, seed=d + causal)
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
         return dict(Q=q, K=k, V=v, O=torch.empty_like(q), L=lse)
+
+    def budget(self, config):
+        bm, bn, d = config["BLOCK_M"], config["BLOCK_N"], config["D"]
+        smem = self.module().smem_bytes(bm, bn, d, self.dtype.itemsize, config["num_stages"])
+        return smem, regs_estimate(bm, bn, d, config["num_warps"])
 
     def check(self, t, causal):
         return check_slices({"O": t["O"], "L": t["L"]}, t["Q"], t["K"], t["V"], causal)
@@ -97,16 +122,11 @@ def _first_line(e):
     return (str(e).strip().splitlines() or [""])[0][:100]
 
 
-def _launch_args(target, t, config):
-    args, constexprs = target.launch(t, config)
-    return args, dict(constexprs, num_warps=config["num_warps"], num_stages=config["num_stages"])
-
-
 def compile_one(target, config):
     """Worker: compile one configuration into Triton's on-disk cache, on the inputs it will run on (so
     the launch finds it there), load it, and report its resources."""
     t = target.tensors(config["D"], bool(config["causal"]))
-    args, keywords = _launch_args(target, t, config)
+    args, keywords = target.arguments(t, config)
     start = time.perf_counter()
     try:
         compiled = triton_tools.compile_only(target.kernel(), args, target.grid(t, config), **keywords)
@@ -154,16 +174,16 @@ def measure(target, rows, d, causal, deadline, timer=None):
         if time.time() > deadline:
             row["status"] = "not measured: time limit"
             continue
-        args, keywords = _launch_args(target, t, row)
+        args, keywords = target.arguments(t, row)
         run = functools.partial(kernel[target.grid(t, row)], *args, **keywords)
         try:
             for name in target.outputs:
                 t[name].fill_(float("nan"))  # poison: an output the kernel does not write must fail the check
-            launch = time.perf_counter()
+            start = time.perf_counter()
             run()  # loads the binary the workers compiled
             if t[target.outputs[0]].is_cuda:
                 torch.cuda.synchronize()
-            row["first_launch_s"] = f"{time.perf_counter() - launch:.2f}"
+            row["first_launch_s"] = f"{time.perf_counter() - start:.2f}"
             checked = target.check(t, causal)
         except triton_tools.OutOfResources as e:
             row["status"] = f"out of resources: {_first_line(e)}"
@@ -180,9 +200,9 @@ def measure(target, rows, d, causal, deadline, timer=None):
 def device_limits():
     """The limits the budget arithmetic needs, read off the GPU by torch and by Triton's driver."""
     props = torch.cuda.get_device_properties(0)
-    names = "name major minor multi_processor_count shared_memory_per_block shared_memory_per_block_optin "
-    names += "shared_memory_per_multiprocessor regs_per_multiprocessor max_threads_per_multi_processor "
-    names += "L2_cache_size total_memory warp_size"
+    names = """name major minor multi_processor_count shared_memory_per_block shared_memory_per_block_optin
+    shared_memory_per_multiprocessor regs_per_multiprocessor max_threads_per_multi_processor L2_cache_size
+    total_memory warp_size"""
     return {**{n: getattr(props, n, None) for n in names.split()}, "triton": triton_tools.device_properties()}
 
 
@@ -220,25 +240,21 @@ def parse_config(text):
 
 
 def main(target, description, argv=None):
-    """The command line of a part's sweep.py: its target and its description."""
+    """The command line of a part's sweep.py: its description and its target, or {--kernel choice:
+    target} for a part with several kernels to sweep (part 4's two backward kernels)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if isinstance(target, dict):
+        ap.add_argument("--kernel", choices=target, required=True, help="which kernel to sweep")
     ap.add_argument("--d", type=int, action="append", help="head dim (repeatable; default 64 and 128)")
     ap.add_argument("--causal", type=int, action="append", choices=(0, 1), help="0 or 1 (repeatable; default both)")
     ap.add_argument("--max-minutes", type=float, default=30.0, help="stop measuring after this long (rows say so)")
-    ap.add_argument(
-        "--dtype", choices=list(DTYPE_NAMES.values()), default="bf16", help="files of fp16, fp32 end in _fp16, _fp32"
-    )
-    ap.add_argument(
-        "--configs",
-        nargs="+",
-        type=parse_config,
-        metavar="MxNwWsS",
-        help="these instead of the product, e.g. 128x64w4s2",
-    )
+    ap.add_argument("--dtype", choices=DTYPE_NAMES.values(), default="bf16", help="fp16, fp32: files end _fp16, _fp32")
+    ap.add_argument("--configs", nargs="+", type=parse_config, metavar="MxNwWsS", help="these instead of the product")
     args = ap.parse_args(argv)
     if not runtime.COMPILED:
         print("The sweep times compiled kernels and needs a CUDA GPU (the interpreter cannot time anything).")
         return 0
+    target = target[args.kernel] if isinstance(target, dict) else target
     target.dtype = {name: dtype for dtype, name in DTYPE_NAMES.items()}[args.dtype]
     target.configs = args.configs or target.configs
     groups = [(d, bool(c)) for d in (args.d or [64, 128]) for c in (args.causal or [0, 1])]

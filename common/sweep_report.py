@@ -46,12 +46,16 @@ def best_cells(rows):
     return best
 
 
-def heatmaps_figure(rows, title):
-    """One heatmap per (D, causal): BLOCK_M down, BLOCK_N across, the best TFLOP/s over warps and stages
-    (with that configuration's w and s), or why nothing ran (REASONS)."""
+def draw_heatmaps(gpu_dir, name, label):
+    """[<name>_heatmaps.png] from <name>_sweep.csv ([] where there is none), one heatmap per (D, causal): BLOCK_M
+    down, BLOCK_N across, the best TFLOP/s over warps and stages (with that configuration's w and s), or why
+    nothing ran (REASONS)."""
     import numpy as np
     from matplotlib.figure import Figure
 
+    if not (gpu_dir / f"{name}_sweep.csv").exists():
+        return []
+    rows, path = sweep_rows(gpu_dir, name), gpu_dir / f"{name}_heatmaps.png"
     best, grps = best_cells(rows), groups(rows)
     ms_, ns_ = sorted({r["BLOCK_M"] for r in rows}), sorted({r["BLOCK_N"] for r in rows})
     cols = 2 if len(grps) > 1 else 1
@@ -59,56 +63,46 @@ def heatmaps_figure(rows, title):
     axes = fig.subplots(-(-len(grps) // cols), cols, squeeze=False)
     vmax = max((r["tflops"] for cells in best.values() for r in cells.values()), default=1.0)
     for ax, (d, c) in zip(axes.flat, grps):
-        grid = np.full((len(ms_), len(ns_)), np.nan)
-        for (bm, bn), r in best.get((d, c), {}).items():
-            grid[ms_.index(bm), ns_.index(bn)] = r["tflops"]
-        ax.imshow(grid, cmap="viridis", vmin=0, vmax=vmax, origin="lower")
+        cells = best.get((d, c), {})
+        grid = [[cells[bm, bn]["tflops"] if (bm, bn) in cells else np.nan for bn in ns_] for bm in ms_]
+        ax.imshow(np.array(grid, dtype=float), cmap="viridis", vmin=0, vmax=vmax, origin="lower")
         for i, bm in enumerate(ms_):
             for j, bn in enumerate(ns_):
-                if r := best.get((d, c), {}).get((bm, bn)):
-                    text, colour = (
-                        f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}",
-                        "white" if r["tflops"] < 0.6 * vmax else "black",
-                    )
+                if r := cells.get((bm, bn)):
+                    text = f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}"
+                    colour = "white" if r["tflops"] < 0.6 * vmax else "black"
                 else:
+                    tile = (d, c, bm, bn)
                     here = {
                         r["status"].split(":")[0]
                         for r in rows
-                        if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == (d, c, bm, bn)
+                        if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == tile
                     }
                     text, colour = next((short for status, short in REASONS.items() if status in here), ""), "gray"
                 ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
         ax.set_xticks(range(len(ns_)), ns_)
         ax.set_yticks(range(len(ms_)), ms_)
-        ax.set(
-            xlabel="BLOCK_N (keys per step)",
-            ylabel="BLOCK_M (queries per program)",
-            title=f"D={d}, {'causal' if c else 'non-causal'}",
-        )
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def draw_heatmaps(gpu_dir, name, label):
-    """<name>_heatmaps.png from <name>_sweep.csv; returns its path."""
-    rows, path = sweep_rows(gpu_dir, name), gpu_dir / f"{name}_heatmaps.png"
+        causal = "causal" if c else "non-causal"
+        ax.set(xlabel="BLOCK_N (keys per step)", ylabel="BLOCK_M (queries per program)", title=f"D={d}, {causal}")
     r = rows[0]
-    title = f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\nB={r['B']}, H={r['H']}, N={r['N']}, {r['dtype']} — {r['gpu']}"
-    heatmaps_figure(rows, title).savefig(path, dpi=110)
-    return path
+    fig.suptitle(
+        f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\n"
+        f"B={r['B']}, H={r['H']}, N={r['N']}, {r['dtype']} — {r['gpu']}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return [path]
 
 
-def winners(rows, top=3):
+def winners(rows):
     """Plain text: the best configurations of each group, as triton.Config lines to paste into CONFIGS."""
+    config = (
+        '    triton.Config({{"BLOCK_M": {BLOCK_M}, "BLOCK_N": {BLOCK_N}}}, num_warps={num_warps}, '
+        "num_stages={num_stages}),  # {tflops} TFLOP/s"
+    )
     out = []
     for d, c in groups(rows):
-        out.append(f"D={d} causal={c}:")
-        out += [
-            f'    triton.Config({{"BLOCK_M": {r["BLOCK_M"]}, "BLOCK_N": {r["BLOCK_N"]}}}, '
-            f"num_warps={r['num_warps']}, num_stages={r['num_stages']}),  # {r['tflops']} TFLOP/s"
-            for r in ranked(rows, d, c)[:top]
-        ]
+        out += [f"D={d} causal={c}:", *(config.format(**r) for r in ranked(rows, d, c)[:3])]
     return "\n".join(out)
 
 
@@ -129,7 +123,6 @@ def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
     the tile dimension the launch has one program per (BLOCK_N for the dK/dV kernel), for the waves."""
     rows, dev = sweep_rows(gpu_dir, name), device(gpu_dir, name)
     counts = Counter(r["status"].split(":")[0] for r in rows).most_common()  # ties in the order first seen
-    summary = ", ".join(f"{n} {s}" for s, n in counts)
     sms, body = dev["multi_processor_count"], []
     for d, c in groups(rows):
         for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
@@ -140,8 +133,8 @@ def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
     header = ["D", "causal", "rank", "BLOCK_M x BLOCK_N", "warps", "stages", "TFLOP/s", "shared memory"]
     header += ["registers / thread", "programs / SM", "waves"]
     caption = (
-        f"{len(rows)} configurations: {summary}. Programs per SM follow from the compiled registers and "
-        f"shared memory; waves = programs in the launch / (programs per SM x {sms} SMs)."
+        f"{len(rows)} configurations: {', '.join(f'{n} {s}' for s, n in counts)}. Programs per SM follow from the "
+        f"compiled registers and shared memory; waves = programs in the launch / (programs per SM x {sms} SMs)."
     )
     return table_block(rows, f"python -m {module} && make report", caption, header, body, "llrlrrrrrrr")
 
@@ -187,14 +180,16 @@ def table_smem_check(gpu_dir, name, module):
     by whether it can use Hopper's warpgroup MMA (BLOCK_M >= 64, warps a multiple of 4)."""
     rows = [r for r in sweep_rows(gpu_dir, name) if r["smem_compiled"] is not None]
 
-    def summary(group):
+    def summary(what, group):
         ratio = sorted(r["smem_compiled"] / r["smem_est"] for r in group)
         over = [r["smem_compiled"] - r["smem_est"] for r in group if r["smem_compiled"] > r["smem_est"]]
-        text = f"{len(group)} configurations, compiled / estimated from {ratio[0]:.2f} to {ratio[-1]:.2f}"
-        return text + (f", over the estimate by at most {max(over)} bytes" if over else ", never over the estimate")
+        text = f"{what}: {len(group)} configurations, compiled / estimated from {ratio[0]:.2f} to {ratio[-1]:.2f}"
+        return text + (f", over the estimate by at most {max(over)} bytes." if over else ", never over the estimate.")
 
-    wgmma = [r for r in rows if r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0]
-    other = [r for r in rows if not (r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0)]
-    out = [f"Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps): {summary(wgmma)}."] if wgmma else []
-    out += [f"The rest (BLOCK_M < 64 or 2 warps): {summary(other)}."] if other else []
-    return provenance_line(rows, f"python -m {module} && make report") + "\n\n" + " ".join(out)
+    wgmma = [r["BLOCK_M"] >= 64 and r["num_warps"] % 4 == 0 for r in rows]
+    split = [
+        ("Tiles that can use warpgroup MMA (BLOCK_M >= 64, 4 or 8 warps)", [r for r, w in zip(rows, wgmma) if w]),
+        ("The rest (BLOCK_M < 64 or 2 warps)", [r for r, w in zip(rows, wgmma) if not w]),
+    ]
+    out = " ".join(summary(what, group) for what, group in split if group)
+    return provenance_line(rows, f"python -m {module} && make report") + "\n\n" + out

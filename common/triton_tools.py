@@ -23,36 +23,13 @@ from pathlib import Path
 
 import torch
 from triton import knobs
-from triton.runtime import Autotuner, Heuristics, OutOfResources, driver
+from triton.runtime import Autotuner, Heuristics, OutOfResources, driver  # noqa: F401  (OutOfResources: for the sweeps)
 
 try:  # 3.6 to 3.9; an older Triton compiles one kernel at a time (compile_together does nothing)
     from triton.runtime._async_compile import AsyncCompileMode, FutureKernel
     from triton.runtime._async_compile import active_mode as _async_mode
 except ImportError:
     AsyncCompileMode = FutureKernel = _async_mode = None
-
-__all__ = [
-    "OutOfResources",
-    "jit_function",
-    "compile_only",
-    "shared_memory",
-    "load",
-    "device_properties",
-    "chosen",
-    "config_label",
-    "chosen_label",
-    "timed_configs",
-    "launched",
-    "resources",
-    "launch_hooked",
-    "direct_launcher",
-    "arg_names",
-    "autotune_keys",
-    "configs",
-    "compile_together",
-    "shared_sizes",
-    "compile_for",
-]
 
 
 def jit_function(kernel):

@@ -9,20 +9,6 @@ SUPPORTED_D = (16, 32, 64, 128)
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    dtype = t.dtype
-    if dtype not in SUPPORTED_DTYPES:
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be floating point (float32, float16 or bfloat16), got {dtype}")
-        raise TypeError(f"{name} has dtype {dtype}; supported dtypes are float32, float16 and bfloat16")
-    if t.dim() < 3:
-        raise ValueError(
-            f"{name} must be at least 3-D, (batch, seq, D) or (batch, heads, seq, D); got shape {tuple(t.shape)}"
-        )
-
-
 def check_inputs(q, k, v, is_causal, triton=False, grouped=False):
     """Raise TypeError/ValueError, naming the argument, for anything the kernels do not support.
 
@@ -32,9 +18,17 @@ def check_inputs(q, k, v, is_causal, triton=False, grouped=False):
     (..., H, N, D) against (..., H_kv, N, D), H a multiple of H_kv.
     A good call costs a microsecond or two here: every check reads what it needs once.
     """
-    _tensor("q", q)
-    _tensor("k", k)
-    _tensor("v", v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            if not t.is_floating_point():
+                raise TypeError(f"{name} must be floating point (float32, float16 or bfloat16), got {t.dtype}")
+            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes are float32, float16 and bfloat16")
+        if t.dim() < 3:
+            raise ValueError(
+                f"{name} must be at least 3-D, (batch, seq, D) or (batch, heads, seq, D); got shape {tuple(t.shape)}"
+            )
     if is_causal is not True and is_causal is not False:
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     dtype, device = q.dtype, q.device
@@ -56,10 +50,9 @@ def check_inputs(q, k, v, is_causal, triton=False, grouped=False):
         )
     q_shape, k_shape, v_shape = q.shape, k.shape, v.shape
     d = q_shape[-1]
-    if k_shape[-1] != d:
-        raise ValueError(f"k has head dim {k_shape[-1]} but q has {d}; q, k and v must share D")
-    if v_shape[-1] != d:
-        raise ValueError(f"v has head dim {v_shape[-1]} but q has {d}; q, k and v must share D")
+    for name, shape in (("k", k_shape), ("v", v_shape)):
+        if shape[-1] != d:
+            raise ValueError(f"{name} has head dim {shape[-1]} but q has {d}; q, k and v must share D")
     if d not in SUPPORTED_D:
         raise ValueError(f"head dim D={d} is not supported; D must be one of {SUPPORTED_D}")
     lead = q_shape[:-2]

@@ -13,7 +13,7 @@ SWEEP = "part2_tile_tuning.sweep"
 
 
 def draw(gpu_dir):
-    return [sweep_report.draw_heatmaps(gpu_dir, "part2", "Part 2")] if (gpu_dir / "part2_sweep.csv").exists() else []
+    return sweep_report.draw_heatmaps(gpu_dir, "part2", "Part 2")
 
 
 def table_budget(gpu_dir):
@@ -24,13 +24,8 @@ def table_budget(gpu_dir):
 
     def smem(bm, bn, d, s):
         b = smem_bytes(bm, bn, d, 2, s)
-        return (
-            f"{b / 1024:.0f}"
-            if b <= ADA_SMEM_PER_BLOCK
-            else f"**{b / 1024:.0f}**"
-            if b <= limit
-            else f"~~{b / 1024:.0f}~~"
-        )
+        mark = "" if b <= ADA_SMEM_PER_BLOCK else "**" if b <= limit else "~~"
+        return f"{mark}{b / 1024:.0f}{mark}"
 
     def regs(bm, bn, d, w):
         n = regs_estimate(bm, bn, d, w)
@@ -40,27 +35,22 @@ def table_budget(gpu_dir):
     smem_rows = [[d, f"{bm} x {bn}", *(smem(bm, bn, d, s) for s in range(1, 6))] for d in (64, 128) for bm, bn in tiles]
     reg_tiles = ((64, 64), (128, 64), (128, 128), (256, 64))
     reg_rows = [[d, f"{bm} x {bn}", regs(bm, bn, d, 4), regs(bm, bn, d, 8)] for d in (64, 128) for bm, bn in reg_tiles]
-    return "\n".join(
-        [
-            f"_Limits read off the {dev['name']} by `python -m {SWEEP}` (results/{gpu_dir.name}/part2_device.json): "
-            f"{dev['shared_memory_per_multiprocessor'] / 1024:.0f} KB of shared memory per SM, {limit / 1024:.0f} KB per program "
-            f"(opt-in), {dev['regs_per_multiprocessor']} 32-bit registers per SM, {dev['multi_processor_count']} SMs. "
-            f"Ada (compute capability 8.9): {ADA_SMEM_PER_BLOCK / 1024:.0f} KB per program. Regenerate: `make report`._",
-            "",
-            "Shared memory for Q once plus `stages` buffers of K and V (Hopper's count), bf16, in KB. "
-            "**bold**: over Ada's 99 KB; ~~struck~~: over the H200's too.",
-            "",
-            markdown_table(
-                ["D", "BLOCK_M x BLOCK_N", "1 stage", *(f"{s} stages" for s in range(2, 6))], smem_rows, "llrrrrr"
-            ),
-            "",
-            "float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij "
-            f"(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for "
-            "addresses, m_i, l_i and operands); ~~struck~~: more than that, pruned by the sweep:",
-            "",
-            markdown_table(["D", "BLOCK_M x BLOCK_N", "4 warps", "8 warps"], reg_rows, "llrr"),
-        ]
-    )
+    return f"""\
+_Limits read off the {dev["name"]} by `python -m {SWEEP}` (results/{gpu_dir.name}/part2_device.json): \
+{dev["shared_memory_per_multiprocessor"] / 1024:.0f} KB of shared memory per SM, {limit / 1024:.0f} KB per program \
+(opt-in), {dev["regs_per_multiprocessor"]} 32-bit registers per SM, {dev["multi_processor_count"]} SMs. \
+Ada (compute capability 8.9): {ADA_SMEM_PER_BLOCK / 1024:.0f} KB per program. Regenerate: `make report`._
+
+Shared memory for Q once plus `stages` buffers of K and V (Hopper's count), bf16, in KB. \
+**bold**: over Ada's 99 KB; ~~struck~~: over the H200's too.
+
+{markdown_table(["D", "BLOCK_M x BLOCK_N", "1 stage", *(f"{s} stages" for s in range(2, 6))], smem_rows, "llrrrrr")}
+
+float32 registers per thread for the accumulator O_i (BLOCK_M x D) plus the score tile S_ij \
+(BLOCK_M x BLOCK_N), against the {MAX_REGS} a thread can address (the compiler needs more for \
+addresses, m_i, l_i and operands); ~~struck~~: more than that, pruned by the sweep:
+
+{markdown_table(["D", "BLOCK_M x BLOCK_N", "4 warps", "8 warps"], reg_rows, "llrr")}"""
 
 
 def table_autotune(gpu_dir):

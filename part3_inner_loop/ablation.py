@@ -2,12 +2,12 @@
 
     python -m part3_inner_loop.ablation            # GPU: results/<gpu>/part3_ablation.csv
     python -m part3_inner_loop.ablation --show 3   # print step 3's kernel source (any machine)
-    python -m part3_inner_loop.ablation --refresh  # after editing part 3's kernel: rewrite the last patch
 
 Each step is a kernel file: part 2's flash_attention.py with the patches in steps/ applied in order
 (common/steps.py), one change per patch (read them: each is that change and nothing else). Applying all of them gives
 part 3's flash_attention.py exactly; tests/test_part3_tools.py checks it, so the steps cannot drift
-from the kernel a reader sees. Every step is checked against the float64 reference on the inputs
+from the kernel a reader sees (after editing the kernel, `python -m common.steps --part 3 --refresh`
+rewrites the last patch). Every step is checked against the float64 reference on the inputs
 it is timed on, then timed like the benchmark (do_bench median, and CUDA-graph replay).
 """
 
@@ -18,29 +18,13 @@ from common import parts, results, steps, study
 
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
 SEQ_LENS = (1024, 4096, 16384)
-FIELDS = [
-    "step",
-    "label",
-    *results.SHAPE_FIELDS,
-    "ms",
-    "tflops",
-    "graph_ms",
-    "graph_tflops",
-    "config",
-    "check",
-    *results.PROVENANCE,
-]
+FIELDS = ["step", "label", *results.SHAPE_FIELDS, "ms", "tflops", "graph_ms", "graph_tflops", "config", "check"]
+FIELDS += results.PROVENANCE
 
 
 def step_sources():
     """[part 2's kernel source, + step 1, ..., + every step (part 3's kernel)]"""
     return steps.sources(3)
-
-
-def refresh_last_step():
-    """Rewrite the last patch so that the steps end at part 3's kernel as it is now."""
-    steps.refresh(3)
-    return steps.steps_of(3)[-1].path
 
 
 def load_step(i, source):
@@ -50,9 +34,8 @@ def load_step(i, source):
 
 def run(seq_lens, save=None):
     modules = {LABELS[i]: load_step(i, s) for i, s in enumerate(step_sources())}
-    forwards = {label: module.flash_forward for label, module in modules.items()}
     return study.time_forwards(
-        forwards,
+        {label: module.flash_forward for label, module in modules.items()},
         lambda label, causal: dict(step=LABELS.index(label), label=label),
         seq_lens,
         save=save,
@@ -66,11 +49,7 @@ def main(argv=None):
         "--show", type=int, choices=range(len(LABELS)), help="print the kernel after this many steps (0: part 2)"
     )
     ap.add_argument("--quick", action="store_true", help="N = 4096 only")
-    ap.add_argument("--refresh", action="store_true", help="rewrite the last patch to end at part 3's kernel")
     args = ap.parse_args(argv)
-    if args.refresh:
-        print(f"rewrote {refresh_last_step()}")
-        return 0
     if args.show is not None:
         print(step_sources()[args.show], end="")
         return 0

@@ -2,7 +2,7 @@
 the ablation (part 2 -> part 3 one change at a time), the tile-skipping picture."""
 
 from common import sweep_report
-from common.report import PANELS, per_shape, tflops
+from common.report import PANELS, per_shape, plot, tflops
 from common.results import read_csv, table_block
 from part3_inner_loop import tiles
 from part3_inner_loop.ablation import LABELS
@@ -31,14 +31,14 @@ def table_ablation(gpu_dir):
 def table_step_gains(gpu_dir):
     """Each step's speed-up over the step before, smallest to largest over N >= 2048."""
     rows, index = _ablation(gpu_dir)
-    ns, body = sorted({r["N"] for r in rows if r["N"] >= 2048}), []
-    for s in range(1, len(LABELS)):
-        cells = []
-        for d, c in PANELS:
-            keys = [((s, d, c, n), (s - 1, d, c, n)) for n in ns]
-            gains = [index[a]["tflops"] / index[b]["tflops"] for a, b in keys if a in index and b in index]
-            cells.append(f"{min(gains):.2f}x - {max(gains):.2f}x" if gains else "—")
-        body.append([LABELS[s], *cells])
+    ns = sorted({r["N"] for r in rows if r["N"] >= 2048})
+
+    def gains(s, d, c):
+        over = [(index.get((s, d, c, n)), index.get((s - 1, d, c, n))) for n in ns]
+        gain = [a["tflops"] / b["tflops"] for a, b in over if a and b]
+        return f"{min(gain):.2f}x - {max(gain):.2f}x" if gain else "—"
+
+    body = [[LABELS[s], *(gains(s, d, c) for d, c in PANELS)] for s in range(1, len(LABELS))]
     caption = (
         f"Speed-up of each step over the one before (do_bench), smallest to largest over N = {', '.join(map(str, ns))}:"
     )
@@ -66,13 +66,8 @@ def ablation_figure(rows):
 
 
 def draw(gpu_dir):
-    written = [tiles.draw()]
-    if (gpu_dir / "part3_sweep.csv").exists():
-        written.append(sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3"))
-    if (gpu_dir / "part3_ablation.csv").exists():
-        ablation_figure(read_csv(gpu_dir / "part3_ablation.csv")).savefig(gpu_dir / "part3_ablation.png", dpi=110)
-        written.append(gpu_dir / "part3_ablation.png")
-    return written
+    heatmaps = sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3")
+    return [tiles.draw(), *heatmaps, *plot(gpu_dir, "part3_ablation.csv", "part3_ablation.png", ablation_figure)]
 
 
 TABLES = {

@@ -11,10 +11,7 @@ part3_heatmaps.png, and prints the winners as triton.Config lines for TUNED.
 
 import sys
 
-import torch
-import triton
-
-from common import launch, sweep
+from common import sweep
 
 
 class Forward(sweep.ForwardTarget):
@@ -23,26 +20,6 @@ class Forward(sweep.ForwardTarget):
 
     part = 3
     blocks, warps, stages = (32, 64, 128, 256), (4, 8), (2, 3, 4)
-
-    def kernel(self):
-        return self.module()._attn_fwd
-
-    def budget(self, config):
-        bm, bn, d = config["BLOCK_M"], config["BLOCK_N"], config["D"]
-        smem = self.module().smem_bytes(bm, bn, d, self.dtype.itemsize, config["num_stages"])
-        return smem, sweep.regs_estimate(bm, bn, d, config["num_warps"])
-
-    def launch(self, t, config):
-        q, k, v, o = (t[name].flatten(0, 1) for name in "QKVO")  # (B*H, N, D): one sequence per program row
-        n_q, n_k, d = q.shape[1], k.shape[1], config["D"]
-        n_seqs = q.shape[0]
-        args = (q, k, v, o, t["L"].flatten(0, 1), n_q, n_k, n_seqs, launch.n_bucket(n_q, n_k), d**-0.5)
-        precision = "ieee" if self.dtype == torch.float32 else "tf32"  # as flash_forward: IEEE products for float32
-        constexprs = dict(D=d, IS_CAUSAL=bool(config["causal"]), DOT_PRECISION=precision)
-        return args, dict(constexprs, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
-
-    def grid(self, t, config):
-        return (triton.cdiv(self.N, config["BLOCK_M"]) * self.B * self.H,)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ tests check it against brute force (a tile is visited if and only if one of its 
 to one of the program's queries; it is unmasked only if every key is visible to every query).
 """
 
-import sys
 from pathlib import Path
 
 PICTURE = Path(__file__).resolve().parent / "tile_skipping.png"
@@ -24,16 +23,12 @@ def key_tiles(q_start, block_m, block_n, n_keys, causal):
 
 def tile_map(n_queries, n_keys, block_m, block_n, causal):
     """A grid, query tiles down and key tiles across: 0 skipped, 1 visited without mask, 2 with a mask."""
-    rows = []
-    for q_start in range(0, n_queries, block_m):
+
+    def row(q_start):
         unmasked, masked = key_tiles(q_start, block_m, block_n, n_keys, causal)
-        row = [0] * -(-n_keys // block_n)
-        for k_start in unmasked:
-            row[k_start // block_n] = 1
-        for k_start in masked:
-            row[k_start // block_n] = 2
-        rows.append(row)
-    return rows
+        return [1 if k in unmasked else 2 if k in masked else 0 for k in range(0, n_keys, block_n)]
+
+    return [row(q_start) for q_start in range(0, n_queries, block_m)]
 
 
 CASES = [  # (title, N_q, N_k, BLOCK_M, BLOCK_N, causal)
@@ -55,22 +50,12 @@ def figure():
         grid = tile_map(n_q, n_k, bm, bn, causal)
         ax.imshow(grid, cmap=ListedColormap(colours), vmin=0, vmax=2, aspect="auto", interpolation="nearest")
         ax.set_title(f"{title}\nN_q={n_q}, N_k={n_k}, {bm} x {bn} tiles", fontsize=10)
-        ax.set_xlabel("key tile (inner loop)")
-        ax.set_ylabel("query tile (one program each)")
+        ax.set(xlabel="key tile (inner loop)", ylabel="query tile (one program each)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        visited = sum(cell > 0 for row in grid for cell in row)
-        masked = sum(cell == 2 for row in grid for cell in row)
-        ax.text(
-            0.98,
-            0.02,
-            f"{visited} of {len(grid) * len(grid[0])} tiles visited, {masked} masked",
-            transform=ax.transAxes,
-            ha="right",
-            va="bottom",
-            fontsize=8,
-            backgroundcolor="white",
-        )
+        cells = [cell for row in grid for cell in row]
+        note = f"{len(cells) - cells.count(0)} of {len(cells)} tiles visited, {cells.count(2)} masked"
+        ax.text(0.98, 0.02, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, backgroundcolor="white")
     labels = ("skipped: never loaded", "visited, no mask", "visited, masked (diagonal or ragged)")
     fig.legend(handles=[Patch(color=c, label=t) for c, t in zip(colours, labels)], loc="lower center", ncol=3)
     fig.suptitle("Part 3: the key tiles each program of the forward visits")
@@ -85,4 +70,3 @@ def draw(path=PICTURE):
 
 if __name__ == "__main__":
     print(f"drew {draw()}")
-    sys.exit(0)

@@ -16,24 +16,15 @@ import sys
 import torch
 
 from common import parts, results, study
+from common.bench import each_shape
 from common.check import check_slices
-from common.inputs import Shape, make_inputs
-from common.runtime import DEVICE
 from common.timing import attention_flops, tflops, time_ms
 
 B, H = 4, 8
 SEQ_LENS = (1024, 4096)
 REPEATS = 5
-FIELDS = [
-    "variant",
-    *results.SHAPE_FIELDS,
-    "ms",
-    "tflops",
-    "bitwise_repeatable",
-    "max_run_to_run",
-    "check",
-    *results.PROVENANCE,
-]
+FIELDS = ["variant", *results.SHAPE_FIELDS, "ms", "tflops", "bitwise_repeatable", "max_run_to_run", "check"]
+FIELDS += results.PROVENANCE
 
 
 def main(argv=None):
@@ -42,42 +33,25 @@ def main(argv=None):
         return 0
     module = parts.load_variant(4, "atomic_dq")
     meta, rows = results.provenance(), []
-    for d in (64, 128):
-        for causal in (False, True):
-            for n in SEQ_LENS:
-                q, k, v, do = make_inputs(Shape((B, H), n, n, d), torch.bfloat16, DEVICE, seed=n + d)
-                o, lse = module.flash_forward(q, k, v, causal)
-                flops = attention_flops(B, H, n, n, d, causal, "bwd")
-                for variant, atomic in (("second pass (default)", False), ("atomics", True)):
-                    backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal, atomic_dq=atomic)
-                    runs = [backward()[0] for _ in range(REPEATS)]
-                    dq, dk, dv = backward()
-                    report = check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
-                    ms = time_ms(backward)
-                    diff = max((r.float() - runs[0].float()).abs().max().item() for r in runs)
-                    rows.append(
-                        dict(
-                            variant=variant,
-                            B=B,
-                            H=H,
-                            N=n,
-                            D=d,
-                            dtype="bf16",
-                            causal=int(causal),
-                            ms=f"{ms:.4f}",
-                            tflops=tflops(flops, ms),
-                            bitwise_repeatable=int(all(torch.equal(r, runs[0]) for r in runs)),
-                            max_run_to_run=f"{diff:.3e}",
-                            check=("ok " if report.ok else "FAIL ") + str(report),
-                            **meta,
-                        )
-                    )
-                    r = rows[-1]
-                    print(
-                        f"{variant:<22} D={d} causal={causal:d} N={n:>5} {r['tflops']:>7} TFLOP/s  repeatable="
-                        f"{r['bitwise_repeatable']} (max diff {r['max_run_to_run']})  {r['check'][:30]}",
-                        flush=True,
-                    )
+    for d, causal, n, (q, k, v, do) in each_shape(SEQ_LENS, b=B, h=H):
+        o, lse = module.flash_forward(q, k, v, causal)
+        flops = attention_flops(B, H, n, n, d, causal, "bwd")
+        for variant, atomic in (("second pass (default)", False), ("atomics", True)):
+            backward = functools.partial(module.flash_backward, q, k, v, o, lse, do, causal, atomic_dq=atomic)
+            runs = [backward()[0] for _ in range(REPEATS)]
+            dq, dk, dv = backward()
+            report = check_slices({"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}, q, k, v, causal, do)
+            ms = time_ms(backward)
+            diff = max((r.float() - runs[0].float()).abs().max().item() for r in runs)
+            repeatable = int(all(torch.equal(r, runs[0]) for r in runs))
+            row = dict(variant=variant, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), ms=f"{ms:.4f}", **meta)
+            row.update(tflops=tflops(flops, ms), bitwise_repeatable=repeatable, max_run_to_run=f"{diff:.3e}")
+            rows.append(dict(row, check=study.checked(report)))
+            print(
+                f"{variant:<22} D={d} causal={causal:d} N={n:>5} {row['tflops']:>7} TFLOP/s  repeatable="
+                f"{repeatable} (max diff {row['max_run_to_run']})  {rows[-1]['check'][:30]}",
+                flush=True,
+            )
     path = results.write_csv(results.results_dir() / "part4_dq_atomics.csv", rows, FIELDS)
     print(f"wrote {results.shown(path)}")
     return 0

@@ -4,7 +4,7 @@ by a second pass or by atomics, peak memory."""
 
 from common import sweep_report
 from common.impls import FLEX, impl_label
-from common.report import per_shape, percent, tflops, tflops_index, yes_no
+from common.report import per_shape, percent, plot, tflops, tflops_index, yes_no
 from common.results import read_csv, table_block
 from part4_backward.dq_atomics import REPEATS
 
@@ -19,21 +19,15 @@ def table_mode(gpu_dir, mode):
     def cells(d, c, n):
         if (mine := idx.get(("part4", d, c, n))) is not None:
             p3, *libs = (idx.get((impl, d, c, n)) for impl in others)
-            return [
-                tflops(p3),
-                f"**{tflops(mine)}**",
-                *map(tflops, libs),
-                f"{mine / p3:.0f}x" if p3 else "—",
-                *(percent(mine, x) for x in libs),
-            ]
+            ratios = [f"{mine / p3:.0f}x" if p3 else "—", *(percent(mine, x) for x in libs)]
+            return [tflops(p3), f"**{tflops(mine)}**", *map(tflops, libs), *ratios]
 
     cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", *["FlexAttention"] * flex, "part 4 / part 3"]
     cols += ["part 4 / flash", "part 4 / cuDNN", *["part 4 / Flex"] * flex]
     compared = [r for r in rows if r["impl"] in ("part4", *others)]
-    what = "forward + backward" if mode == "fwd+bwd" else "backward alone"
     caption = (
-        f"{what.capitalize()}, TFLOP/s (the backward counts 2.5 times the forward's FLOPs), B=4, H=8, "
-        "bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:"
+        f"{'Forward + backward' if mode == 'fwd+bwd' else 'Backward alone'}, TFLOP/s (the backward counts 2.5 times "
+        "the forward's FLOPs), B=4, H=8, bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:"
     )
     body = per_shape(sorted({r["N"] for r in rows}), cells)
     command = f"python -m common.bench --mode {mode} && make report"
@@ -44,29 +38,17 @@ def table_dq(gpu_dir):
     """The backward with dQ by a second pass or by atomics: speed, and whether the bits repeat."""
     rows = read_csv(gpu_dir / "part4_dq_atomics.csv")
     by = {(r["variant"], r["D"], r["causal"], r["N"]): r for r in rows}
-    v = list(dict.fromkeys(r["variant"] for r in rows))
-    body = []
-    for d, c, n in sorted({(r["D"], r["causal"], r["N"]) for r in rows}):
-        a, b = by.get((v[0], d, c, n)), by.get((v[1], d, c, n))
-        same = ["yes" if x["bitwise_repeatable"] else "no" for x in (a, b)]
-        body.append(
-            [
-                d,
-                yes_no(c),
-                n,
-                tflops(a["tflops"]),
-                tflops(b["tflops"]),
-                f"{b['tflops'] / a['tflops']:.2f}x",
-                *same,
-                f"{b['max_run_to_run']:.1e}",
-            ]
-        )
-    header = ["D", "causal", "N", f"{v[0]}, TFLOP/s", f"{v[1]}, TFLOP/s", "atomics / second pass"]
-    header += [
-        f"{v[0]}: same bits, {REPEATS} runs",
-        f"{v[1]}: same bits, {REPEATS} runs",
-        "atomics: largest run-to-run change of dQ",
-    ]
+    v = list(dict.fromkeys(r["variant"] for r in rows))  # the second pass, then atomics
+
+    def cells(d, c, n):
+        if (a := by.get((v[0], d, c, n))) and (b := by.get((v[1], d, c, n))):
+            same = [yes_no(x["bitwise_repeatable"]) for x in (a, b)]
+            ratio = f"{b['tflops'] / a['tflops']:.2f}x"
+            return [tflops(a["tflops"]), tflops(b["tflops"]), ratio, *same, f"{b['max_run_to_run']:.1e}"]
+
+    body = per_shape(sorted({r["N"] for r in rows}), cells)
+    header = ["D", "causal", "N", *(f"{x}, TFLOP/s" for x in v), "atomics / second pass"]
+    header += [*(f"{x}: same bits, {REPEATS} runs" for x in v), "atomics: largest run-to-run change of dQ"]
     caption = "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:"
     return table_block(rows, "python -m part4_backward.dq_atomics && make report", caption, header, body, "llrrrrllr")
 
@@ -98,24 +80,16 @@ def memory_figure(rows):
     ax.set(xlabel="N (sequence length)", ylabel="peak memory beyond the inputs, MiB")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    r = rows[0]
-    title = f"Forward + backward, B={r['B']}, H={r['H']}, D={r['D']}, bf16 — {r['gpu']}\nslope 1: memory linear in N; slope 2: quadratic"
-    ax.set_title(title, fontsize=9)
+    title = "Forward + backward, B={B}, H={H}, D={D}, bf16 — {gpu}\nslope 1: memory linear in N; slope 2: quadratic"
+    ax.set_title(title.format(**rows[0]), fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def draw(gpu_dir):
-    names = {"part4_dkdv": "dK/dV kernel", "part4_dq": "dQ kernel"}
-    written = [
-        sweep_report.draw_heatmaps(gpu_dir, n, f"Part 4 {w}")
-        for n, w in names.items()
-        if (gpu_dir / f"{n}_sweep.csv").exists()
-    ]
-    if (gpu_dir / "part4_memory.csv").exists():
-        memory_figure(read_csv(gpu_dir / "part4_memory.csv")).savefig(gpu_dir / "part4_memory.png", dpi=110)
-        written.append(gpu_dir / "part4_memory.png")
-    return written
+    dkdv = sweep_report.draw_heatmaps(gpu_dir, "part4_dkdv", "Part 4 dK/dV kernel")
+    dq = sweep_report.draw_heatmaps(gpu_dir, "part4_dq", "Part 4 dQ kernel")
+    return [*dkdv, *dq, *plot(gpu_dir, "part4_memory.csv", "part4_memory.png", memory_figure)]
 
 
 def table_fp32_dkdv(gpu_dir):
@@ -126,12 +100,10 @@ def table_fp32_dkdv(gpu_dir):
     rows, body = sweep_report.sweep_rows(gpu_dir, "part4_dkdv_fp32"), []
     for d, c in sweep_report.groups(rows):
         s = BWD_DKDV_FLOAT32[d, bool(c)]
-        shipped = (s.kwargs["BLOCK_M"], s.kwargs["BLOCK_N"], s.num_warps, s.num_stages)
+        shipped = f"{s.kwargs['BLOCK_M']} x {s.kwargs['BLOCK_N']} w{s.num_warps} s{s.num_stages}"
         for r in sweep_report.ranked(rows, d, c):
             label = f"{r['BLOCK_M']} x {r['BLOCK_N']} w{r['num_warps']} s{r['num_stages']}"
-            label = (
-                f"**{label}**" if (r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]) == shipped else label
-            )
+            label = f"**{label}**" if label == shipped else label
             body.append([d, yes_no(c), label, f"{r['tflops']:.1f}", r["spills"], f"{r['compile_s']:.1f}"])
     header = ["D", "causal", "configuration", "TFLOP/s", "spilled registers", "compile s"]
     command = "python -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs ... && make report"

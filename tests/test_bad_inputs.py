@@ -11,60 +11,20 @@ def _t(*shape, dtype=torch.float32, device=DEVICE):
     return torch.randn(*shape, dtype=torch.float32, device=device).to(dtype)
 
 
-GOOD = dict(q=(2, 3, 32, 64), k=(2, 3, 40, 64), v=(2, 3, 40, 64))
+Q4, K4, K3 = _t(2, 3, 32, 64), _t(2, 3, 40, 64), _t(2, 8, 64)  # good inputs, for cases that break something else
 
 CASES = [
     # (id, q, k, v, is_causal, exception, message pattern)
     ("2d-q", _t(32, 64), _t(2, 40, 64), _t(2, 40, 64), False, ValueError, "q must be at least 3-D"),
-    (
-        "k-head-dim",
-        _t(*GOOD["q"]),
-        _t(2, 3, 40, 32),
-        _t(2, 3, 40, 32),
-        False,
-        ValueError,
-        "k has head dim 32 but q has 64",
-    ),
-    (
-        "v-head-dim",
-        _t(*GOOD["q"]),
-        _t(*GOOD["k"]),
-        _t(2, 3, 40, 32),
-        False,
-        ValueError,
-        "v has head dim 32 but q has 64",
-    ),
+    ("k-head-dim", Q4, _t(2, 3, 40, 32), _t(2, 3, 40, 32), False, ValueError, "k has head dim 32 but q has 64"),
+    ("v-head-dim", Q4, K4, _t(2, 3, 40, 32), False, ValueError, "v has head dim 32 but q has 64"),
     ("unsupported-d", _t(2, 32, 48), _t(2, 40, 48), _t(2, 40, 48), False, ValueError, "head dim D=48 is not supported"),
     ("d-256", _t(2, 8, 256), _t(2, 8, 256), _t(2, 8, 256), False, ValueError, "head dim D=256 is not supported"),
-    (
-        "kv-length",
-        _t(*GOOD["q"]),
-        _t(*GOOD["k"]),
-        _t(2, 3, 41, 64),
-        False,
-        ValueError,
-        "k and v must have the same sequence length",
-    ),
-    ("lead-dims", _t(*GOOD["q"]), _t(2, 4, 40, 64), _t(2, 4, 40, 64), False, ValueError, r"k has (leading|4 heads)"),
+    ("kv-length", Q4, K4, _t(2, 3, 41, 64), False, ValueError, "k and v must have the same sequence length"),
+    ("lead-dims", Q4, _t(2, 4, 40, 64), _t(2, 4, 40, 64), False, ValueError, r"k has (leading|4 heads)"),
     ("empty-seq", _t(2, 0, 64), _t(2, 40, 64), _t(2, 40, 64), False, ValueError, "sequence lengths must be at least 1"),
-    (
-        "float64",
-        _t(2, 8, 64, dtype=torch.float64),
-        _t(2, 8, 64, dtype=torch.float64),
-        _t(2, 8, 64, dtype=torch.float64),
-        False,
-        TypeError,
-        "q has dtype torch.float64",
-    ),
-    (
-        "int-q",
-        torch.ones(2, 8, 64, dtype=torch.int32, device=DEVICE),
-        _t(2, 8, 64),
-        _t(2, 8, 64),
-        False,
-        TypeError,
-        "q must be floating point",
-    ),
+    ("float64", *[_t(2, 8, 64, dtype=torch.float64)] * 3, False, TypeError, "q has dtype torch.float64"),
+    ("int-q", _t(2, 8, 64, dtype=torch.int32), K3, K3, False, TypeError, "q must be floating point"),
     ("mixed-dtype", _t(2, 8, 64), _t(2, 8, 64, dtype=torch.float16), _t(2, 8, 64), False, TypeError, "same dtype"),
     ("list-k", _t(2, 8, 64), [[1.0]], _t(2, 8, 64), False, TypeError, "k must be a torch.Tensor"),
     ("causal-not-bool", _t(2, 8, 64), _t(2, 8, 64), _t(2, 8, 64), "yes", TypeError, "is_causal must be a bool"),

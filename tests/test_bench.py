@@ -131,10 +131,11 @@ def test_repeated_runs_keep_every_run_and_bench_csv_the_last(tmp_path):
         return dict(impl=impl, part="", B=4, H=8, N=4096, D=64, dtype="bf16", causal=0, mode="fwd", ms=ms)
 
     for run, ms in ((1, "1"), (2, "2"), (3, "3")):
-        bench.save_run(path, run, [row("sdpa_cudnn", ms), row("part5", ms)])
-    bench.save_run(path, 2, [row("part5", "5")])  # a later repeat's run 2 replaces run 2's row of its key
+        bench.save_run(path, [row("sdpa_cudnn", ms), row("part5", ms)], run, repeat=3)
+    bench.save_run(path, [row("part5", "5")], 2, repeat=3)  # a later repeat's run 2 replaces run 2's row of its key
     runs = results.read_csv(tmp_path / "bench_runs.csv")
-    assert [(r["run"], r["impl"], r["ms"]) for r in runs] == [
+    got = [(r["run"], r["impl"], r["ms"]) for r in runs]
+    assert got == [
         (1, "part5", 1),
         (1, "sdpa_cudnn", 1),
         (2, "part5", 5),
@@ -144,10 +145,10 @@ def test_repeated_runs_keep_every_run_and_bench_csv_the_last(tmp_path):
     ]
     assert {(r["impl"], r["ms"]) for r in results.read_csv(path)} == {("part5", 5), ("sdpa_cudnn", 3)}
     # A repeat of two runs: the keys it measures lose the third run an earlier repeat left; others keep it.
-    bench.save_run(path, 1, [row("part5", "7")], repeat=2)
+    bench.save_run(path, [row("part5", "7")], 1, repeat=2)
     runs = results.read_csv(tmp_path / "bench_runs.csv")
     assert [(r["run"], r["impl"], r["ms"]) for r in runs if r["run"] == 3] == [(3, "sdpa_cudnn", 3)]
-    bench.save_run(tmp_path / "once" / "bench.csv", None, [row("part5", "1")])  # no --repeat: no runs file
+    bench.save_run(tmp_path / "once" / "bench.csv", [row("part5", "1")])  # no --repeat: no runs file
     assert not (tmp_path / "once" / "bench_runs.csv").exists()
 
 
@@ -289,25 +290,10 @@ def test_run_gpu_visits_only_the_shapes_asked_for_and_saves_the_columns_the_repo
     monkeypatch.setattr(bench, "H", 1)
     impl = impls.Impl(name="part1", forward=None, attention=None, part=1)
     path = tmp_path / "bench.csv"
-    rows = bench.run_gpu(
-        [impl], ["fwd", "bwd"], [16, 32], lambda rows: bench.save_run(path, None, rows), (128,), (True,)
-    )
+    rows = bench.run_gpu([impl], ["fwd", "bwd"], [16, 32], lambda rows: bench.save_run(path, rows), (128,), (True,))
     assert seen == [(128, True, n, m) for n in (16, 32) for m in ("fwd", "bwd")] and len(rows) == 4
     written = results.read_csv(path)
-    read_by_report = {
-        "impl",
-        "part",
-        "N",
-        "D",
-        "causal",
-        "mode",
-        "ms",
-        "tflops",
-        "graph_tflops",
-        "check",
-        "backend",
-        "run_id",
-    }
+    read_by_report = set("impl part N D causal mode ms tflops graph_tflops check backend run_id".split())
     assert len(written) == 4 and read_by_report | set(results.PROVENANCE) <= set(written[0])
 
 

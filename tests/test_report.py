@@ -106,7 +106,7 @@ def test_a_missing_results_folder_or_a_table_name_taken_twice_is_an_error(capsys
     assert report.main(["--gpu", "a100"]) == 2
     assert "there is no results/a100/" in capsys.readouterr().err
     mine = types.SimpleNamespace(__name__="part8_x.report", TABLES={"part8-sweep": str})
-    with pytest.raises(ValueError, match="'part8-sweep' of part9_y.report is taken by part8_x.report"):
+    with pytest.raises(report.CodeError, match="part9_y.report: table part8-sweep is taken already"):
         report.all_tables([mine, types.SimpleNamespace(__name__="part9_y.report", TABLES={"part8-sweep": str})])
 
 
@@ -148,7 +148,7 @@ def test_code_excerpt_is_the_code_of_its_file(tmp_path):
     lines = SOURCE.splitlines()
     whole = report.code_excerpt("pkg/mod.py:kernel", tmp_path)  # decorators in, docstring out
     assert whole.splitlines() == lines[5:7] + lines[9:20]
-    assert report.code_excerpt("pkg/mod.py:Outer.inner", tmp_path) == "def inner(self):\n    return 2"
+    assert report.code_excerpt("pkg/mod.py:Outer", tmp_path) == "\n".join(line[4:] for line in lines[24:])
     # An anchor stands for its statement: "if a:" brings its block and else, "lo," the whole call.
     assert report.code_excerpt("pkg/mod.py:kernel:from=if a:,to=lo,", tmp_path).splitlines() == [
         line[4:] for line in lines[11:19]
@@ -158,7 +158,7 @@ def test_code_excerpt_is_the_code_of_its_file(tmp_path):
     for spec, problem in [
         ("pkg/mod.py:kernel:from=hi = ", "the from text 'hi = ' is on 2 lines of kernel (lines 13, 15)"),
         ("pkg/other.py:kernel", "there is no file pkg/other.py"),
-        ("pkg/mod.py:kernel:start=lo", "expected from=TEXT,to=TEXT"),
+        ("pkg/mod.py:kernel:start=lo", "expected PATH:NAME or PATH:NAME:from=TEXT,to=TEXT"),
     ]:
         with pytest.raises(report.CodeError, match=re.escape(problem)):
             report.code_excerpt(spec, tmp_path)
