@@ -3,29 +3,24 @@
     python -m common.report               # from results/h200/ (make report)
     python -m common.report --gpu rtx-4090   # another GPU: results/rtx-4090/summary.md, not the READMEs
 
-A README carries generated blocks between markers, each marker a line of its own:
+A README, and a part's results log (results/<gpu>/part<N>_log.md: every table about the part, each under a
+heading and a sentence saying what it measured; a GPU folder's logs start as copies of results/h200/'s),
+carries generated blocks between markers, each marker a line of its own:
 
     <!-- results:NAME -->  ...a table built from the CSVs...  <!-- /results:NAME -->
     <!-- code:PATH:NAME -->  ...a ```python block...  <!-- /code:PATH:NAME -->
 
-A results block is TABLES[NAME](gpu_dir) -> markdown: the bench.csv tables here (`progression`, and
-for every part N `partN`, `partN-graph`, `partN-causal`, `partN-fwd-4096`, `partN-fwdbwd-4096`),
-then those of each part's report module (part<N>_*/report.py or part<N>_*/tools/report.py: TABLES,
-and draw(gpu_dir) -> the plots it wrote). Every table starts with its provenance line: the GPU,
-versions, commits and dates of its rows and the command that regenerates them.
+A results block is all_tables()[NAME](gpu_dir) -> markdown: the bench.csv tables here, then each part's report
+module's TABLES (part<N>_*/report.py or part<N>_*/tools/report.py, whose draw(gpu_dir) draws its plots). Every
+table starts with its provenance line: the GPU, versions, commits and dates of its rows and the command that
+regenerates them.
 
-A code block is the def or class NAME (at the file's top level) of the file PATH as it is in the file,
-decorators included, docstring left out; PATH may name a ladder's step (part5_profiling/steps/fwd3: the
-kernel file after that step, common/steps.py). A part of it: NAME:from=TEXT,to=TEXT (either may go),
-from the one line holding the first text to the one line after it holding the second. An anchor line
-stands for its whole statement (a call spread over lines), and a line opening an if, for, with or def
-brings its block. A name, file or anchor not found (or on several lines), a marker not closed, or a
-results marker no table has, stops the report before it writes anything: one line per problem naming
-the README and the marker, exit status 2.
-
-Each part's results log, results/<gpu>/part<N>_log.md, is a document of the same kind: every table
-about the part under a heading and a sentence saying what it measured (a README, a lesson, shows a
-few and links the log). A GPU folder's logs start as copies of results/h200/'s.
+A code block is the def or class NAME at the top level of the file PATH, decorators included, docstring left
+out; PATH may name a ladder's step (part5_profiling/steps/fwd3: the kernel file after that step). A part of it:
+NAME:from=TEXT,to=TEXT (either may go), from the one line holding the first text to the one line after it
+holding the second; an anchor line stands for its whole statement, and a line opening a block brings the block.
+A name, file or anchor not found (or on several lines), a marker not closed, or a results marker no table has,
+stops the report before it writes anything: one line per problem naming the page and the marker, exit status 2.
 """
 
 import argparse
@@ -38,13 +33,12 @@ import textwrap
 from pathlib import Path
 
 from common import ROOT, coldstart, parts, results, steps, targets, train_step
-from common.impls import impl_label
-from common.results import read_csv, table_block
+from common.impls import FLEX, impl_label
+from common.results import PANELS, read_csv, table_block, yes_no  # PANELS, yes_no: for the parts too
 from common.timing import attention_flops
 
 MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
 CODE = re.compile(r"^(<!-- code:([^\n]+?) -->\n)(?:(.*?)(<!-- /code:\2 -->))?", re.S | re.M)  # 4: None if not closed
-PANELS = [(64, 0), (64, 1), (128, 0), (128, 1)]  # (D, causal): the benchmark's four groups
 MODES = {"fwd": "forward", "fwd+bwd": "forward + backward"}
 
 
@@ -58,8 +52,9 @@ def percent(a, b):
     return "—" if share is None else f"{share:.1g}%" if share < 1 else f"{share:.0f}%"
 
 
-def yes_no(causal):
-    return "yes" if causal else "no"
+def times(a, b):
+    """How many times b a is ("12x"): a part against a much slower one."""
+    return f"{a / b:.0f}x" if a and b else "—"
 
 
 def per_shape(ns, cells):
@@ -180,6 +175,24 @@ def progression_figure(rows):
     return fig
 
 
+NAMES = {"sdpa_flash": ("SDPA flash", "flash"), "sdpa_cudnn": ("SDPA cuDNN", "cuDNN"), FLEX: ("FlexAttention", "Flex")}
+
+
+def versus(idx, me, impls, against, names=NAMES):
+    """Columns setting `me` beside other implementations, from idx (tflops_index's): their header, and cells(d, c,
+    n): the TFLOP/s of each of impls (me's in bold), then me's share of each of against's (`times` a part's).
+    names: {impl: (its column's name, its name in a ratio's)}; a part is "part N" in both."""
+    name = {i: names.get(i, (impl_label(i),) * 2) for i in impls + against}
+    header = [f"**{name[i][0]}**" if i == me else name[i][0] for i in impls]
+
+    def cells(d, c, n):
+        t = {i: idx.get((i, d, c, n)) for i in impls + against}
+        ratios = [(times if i.startswith("part") else percent)(t[me], t[i]) for i in against]
+        return [f"**{tflops(t[i])}**" if i == me else tflops(t[i]) for i in impls] + ratios
+
+    return header + [f"{name[me][0]} / {name[i][1]}" for i in against], cells
+
+
 def _bench_block(rows, part, caption, header, body, align):
     return table_block(rows, f"make bench PART={part} && make report", caption, header, body, align)
 
@@ -187,22 +200,20 @@ def _bench_block(rows, part, caption, header, body, align):
 def table_part(gpu_dir, part):
     """Part `part`'s forward against the part before it and SDPA flash and cuDNN, at every N."""
     rows = read_csv(gpu_dir / "bench.csv")
-    idx, me, prev, before = tflops_index(rows), f"part{part}", f"part{part - 1}", [f"part {part - 1}"] * (part > 0)
+    idx, me = tflops_index(rows), f"part{part}"
+    impls = [f"part{part - 1}"] * (part > 0) + [me, "sdpa_flash", "sdpa_cudnn"]
     chosen = {(r["D"], r["causal"], r["N"]): r["backend"] for r in rows if r["impl"] == me and r["mode"] == "fwd"}
-    cfg = any(chosen.values())
+    cfg = any(chosen.values())  # a config column, where the benchmark wrote what the autotuner chose
+    cols, cells = versus(idx, me, impls, impls[-2:])
 
-    def cells(d, c, n):
-        mine, fl, cu = (idx.get((i, d, c, n)) for i in (me, "sdpa_flash", "sdpa_cudnn"))
-        if mine is not None:
-            first = [tflops(idx.get((prev, d, c, n)))] * (part > 0)
-            last = [chosen.get((d, c, n)) or ""] * cfg
-            return [*first, f"**{tflops(mine)}**", tflops(fl), tflops(cu), percent(mine, fl), percent(mine, cu), *last]
+    def row(*shape):
+        if (me, *shape) in idx:
+            return [*cells(*shape), *[chosen.get(shape) or ""] * cfg]
 
-    cols = [*before, f"**part {part}**", "SDPA flash", "SDPA cuDNN", f"part {part} / flash", f"part {part} / cuDNN"]
-    compared = [r for r in rows if r["impl"] in (me, prev, "sdpa_flash", "sdpa_cudnn")]
     caption = "Forward TFLOP/s, B=4, H=8, bf16" + (" (config: what the autotuner chose)" if cfg else "") + ":"
-    body = per_shape(sorted({r["N"] for r in rows}), cells)
+    body = per_shape(sorted({r["N"] for r in rows}), row)
     header = ["D", "causal", "N", *cols, *["config"] * cfg]
+    compared = [r for r in rows if r["impl"] in impls]
     return _bench_block(compared, part, caption, header, body, "llr" + "r" * len(cols) + "l" * cfg)
 
 
@@ -211,19 +222,14 @@ def table_summary(gpu_dir, part, n, mode):
     that long), the part and SDPA cuDNN in TFLOP/s, and the part's share of cuDNN's."""
     rows = read_csv(gpu_dir / "bench.csv")
     idx, me, prev = tflops_index(rows, mode=mode), f"part{part}", f"part{part - 1}"
-    before = [idx.get((prev, d, c, n)) for d, c in PANELS]
-    shown = any(x is not None for x in before)  # part 0 was never timed this long: no column for it
-    group = [f"part {part - 1}"] * shown + [f"**part {part}**", "cuDNN", f"part {part} / cuDNN"]
-    mine, cu = ([idx.get((i, d, c, n)) for d, c in PANELS] for i in (me, "sdpa_cudnn"))
-    body = [
-        [d, yes_no(c), *[tflops(x)] * shown, f"**{tflops(m)}**", tflops(u), percent(m, u)]
-        for (d, c), x, m, u in zip(PANELS, before, mine, cu)
-    ]
+    shown = any((prev, d, c, n) in idx for d, c in PANELS)  # part 0 was never timed this long: no column for it
+    cols, cells = versus(idx, me, [prev] * shown + [me, "sdpa_cudnn"], ["sdpa_cudnn"], {"sdpa_cudnn": ("cuDNN",) * 2})
+    body = [[d, yes_no(c), *cells(d, c, n)] for d, c in PANELS]
     used = [r for r in rows if r["impl"] in (me, prev, "sdpa_cudnn") and r["mode"] == mode and r["N"] == n]
     flops = " (the backward counts 2.5 times the forward's FLOPs)" * (mode == "fwd+bwd")
-    header = ["D", "causal", f"{MODES[mode]}: {group[0]}", *group[1:]]
     caption = f"TFLOP/s by do_bench at N = {n}, B=4, H=8, bf16{flops}:"
-    return _bench_block(used, part, caption, header, body, "ll" + "r" * len(group))
+    header = ["D", "causal", f"{MODES[mode]}: {cols[0]}", *cols[1:]]
+    return _bench_block(used, part, caption, header, body, "ll" + "r" * len(cols))
 
 
 def table_causal_time(gpu_dir, part):
@@ -342,18 +348,13 @@ def code_excerpt(spec, root=None):
         _one(list(defs), f"{path}: no function or class {name}", f"{path}: {name} is defined {len(defs)} times")
     ]
     lines, lo, hi = source.splitlines(), min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
-    if start or end:
-        lo = lo if start is None else _statement(node, _anchor(lines, lo, hi, start, "from", name))[0]
-        hi = hi if end is None else _statement(node, _anchor(lines, lo, hi, end, "to", name))[1]
-        keep = lines[lo - 1 : hi]
-    elif ast.get_docstring(node) is not None and len(node.body) > 1 and node.body[0].lineno != node.lineno:
-        # the whole def, without its docstring and the blank lines after it
-        doc, end = node.body[0].lineno, node.body[0].end_lineno
-        while end < hi and not lines[end].strip():
-            end += 1
-        keep = lines[lo - 1 : doc - 1] + lines[end:hi]
-    else:
-        keep = lines[lo - 1 : hi]
+    lo = lo if start is None else _statement(node, _anchor(lines, lo, hi, start, "from", name))[0]
+    hi = hi if end is None else _statement(node, _anchor(lines, lo, hi, end, "to", name))[1]
+    keep, doc = lines[lo - 1 : hi], node.body[0]
+    if not (start or end) and ast.get_docstring(node) is not None and len(node.body) > 1 and doc.lineno != node.lineno:
+        # the whole def, without its docstring and the blank lines after it (a statement follows: not all blank)
+        after = next(i for i in range(doc.end_lineno, hi) if lines[i].strip())
+        keep = lines[lo - 1 : doc.lineno - 1] + lines[after:hi]
     return textwrap.dedent("\n".join(keep)).strip("\n")
 
 
@@ -451,25 +452,20 @@ SWEEP = """
 """
 
 
-def summary_page(gpu_dir):
-    """results/<gpu>/summary.md for a GPU other than the lessons' and the text it is filled from: the
-    progression, each part's forward against the part before and SDPA (bench.csv), and part 2's sweep
-    where part2_sweep.csv is there. Rebuilt from SUMMARY on every run, so a CSV added later shows."""
-    rows = read_csv(gpu_dir / "bench.csv")
-    found = sorted({int(r["part"]) for r in rows if r["part"] not in ("", None)})
-    blocks = "".join(f"\n## Part {n}\n\n<!-- results:part{n} -->\n<!-- /results:part{n} -->\n" for n in found)
-    blocks += SWEEP if (gpu_dir / "part2_sweep.csv").exists() else ""
-    lessons = f"{LESSONS_GPU.upper()} (results/{LESSONS_GPU}/)"
-    return gpu_dir / "summary.md", SUMMARY.format(gpu=rows[0]["gpu"], lessons=lessons, slug=gpu_dir.name, parts=blocks)
-
-
 def fill_pages(gpu_dir, lessons, tables):
-    """{page: its text filled}: the READMEs (lessons) or else the GPU's summary.md (filled from SUMMARY), and
-    the GPU's results logs; CodeError with one line per problem, naming its page."""
-    if lessons:
-        pages = {p: p.read_text() for p in readmes()}
-    else:  # another GPU's tables go to its own folder, never into the lessons
-        pages = dict([summary_page(gpu_dir)]) if (gpu_dir / "bench.csv").exists() else {}
+    """{page: its text filled}: the READMEs (lessons), or else the GPU's summary.md, rebuilt from SUMMARY on every
+    run so that a CSV added later shows (the progression, each part in bench.csv, part 2's sweep where
+    part2_sweep.csv is there); and the GPU's results logs. CodeError with one line per problem, naming its page."""
+    pages = {p: p.read_text() for p in readmes()} if lessons else {}
+    if not lessons and (gpu_dir / "bench.csv").exists():  # another GPU's tables go to its own folder, never the lessons
+        rows = read_csv(gpu_dir / "bench.csv")
+        found = sorted({r["part"] for r in rows if r["part"] is not None})
+        blocks = "".join(f"\n## Part {n}\n\n<!-- results:part{n} -->\n<!-- /results:part{n} -->\n" for n in found)
+        blocks += SWEEP if (gpu_dir / "part2_sweep.csv").exists() else ""
+        lessons_page = f"{LESSONS_GPU.upper()} (results/{LESSONS_GPU}/)"
+        pages[gpu_dir / "summary.md"] = SUMMARY.format(
+            gpu=rows[0]["gpu"], lessons=lessons_page, slug=gpu_dir.name, parts=blocks
+        )
     pages |= {p: p.read_text() for p in sorted(gpu_dir.glob("part*_log.md"))}
     new, problems = {}, []
     for path, text in pages.items():
@@ -496,11 +492,13 @@ def main(argv=None):
     except CodeError as e:
         print("\n".join(e.args), file=sys.stderr)
         return 2
-    drawn = plot(gpu_dir, "bench.csv", "progression.png", progression_figure)  # the top README's chart
-    drawn += train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []
-    drawn += [path for module in reports for path in module.draw(gpu_dir)]
-    # pictures drawn from code: draw() -> files
-    drawn += [path for module in _part_modules(("figures", "tools.figures")) for path in module.draw()]
+    drawn = [
+        *plot(gpu_dir, "bench.csv", "progression.png", progression_figure),  # the top README's chart
+        *(train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []),
+        *(path for module in reports for path in module.draw(gpu_dir)),
+        # pictures drawn from code: draw() -> files
+        *(path for module in _part_modules(("figures", "tools.figures")) for path in module.draw()),
+    ]
     for path in drawn:
         print(f"drew {results.shown(path)}")
     for path, text in new.items():

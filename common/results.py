@@ -25,6 +25,7 @@ NUMBER = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?")
 
 # The columns that say which attention shape a timing row is, in the order the timing CSVs use.
 SHAPE_FIELDS = ["B", "H", "N", "D", "dtype", "causal"]
+PANELS = [(64, 0), (64, 1), (128, 0), (128, 1)]  # (D, causal): the benchmark's four groups, in the tables' order
 
 
 def results_dir(gpu=None):
@@ -71,22 +72,18 @@ def _read_text(path):
 
 
 def write_csv(path, rows, fields, key=None, sort=None, drop=None, replaces=None):
-    """Write rows (dicts) to path with the columns `fields`, in that order; a column a row lacks is
-    left empty. With `key` (column names) the file is merged rather than overwritten: a row already
-    there stays unless a new row has the same key (or drop(row), given, is true of it: the row as
-    text), so re-running part of a benchmark replaces only what it measured again. Old rows are
-    copied as the text they were. replaces(row), given, false of a new row (one saying a measurement
-    could not be made on this machine): that row takes nothing out, and is written only where no
-    row of its key is left. `sort` orders all rows."""
+    """Write rows (dicts) to path with the columns `fields` (a column a row lacks left empty); returns path.
+    With `key` (column names) the file is merged: an old row stays, as the text it was, unless a new row has its
+    key or drop(old row) is true. A new row that replaces(row) is false of (no measurement on this machine) takes
+    nothing out: it is written only where no row of its key is left. `sort` orders all rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
     if key is not None and path.exists():
         of = lambda r: tuple(str(r[c]) for c in key)  # noqa: E731
-        takes_out = (lambda r: True) if replaces is None else replaces
-        new = {of(r) for r in rows if takes_out(r)}
+        new = {of(r) for r in rows if replaces is None or replaces(r)}
         old = [r for r in _read_text(path) if of(r) not in new and not (drop and drop(r))]
-        left = {of(r) for r in old}
-        rows = old + [r for r in rows if takes_out(r) or of(r) not in left]
+        left = {of(r) for r in old}  # a row that replaces has its key in `new`: never in `left`
+        rows = old + [r for r in rows if of(r) not in left]
     if sort is not None:
         rows.sort(key=sort)
     with open(path, "w", newline="") as f:
@@ -134,6 +131,10 @@ def read_csv(path):
     """The rows of a results CSV, typed: numbers become int or float, empty cells None, the rest
     (and the provenance columns, always) stays text. FileNotFoundError if it was never written."""
     return [{column: _typed(column, cell) for column, cell in row.items()} for row in _read_text(path)]
+
+
+def yes_no(causal):
+    return "yes" if causal else "no"
 
 
 def markdown_table(header, rows, align=None):

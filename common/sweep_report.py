@@ -6,7 +6,7 @@ shapes at their best, pipeline depth, the budget against the compiled shared mem
 import json
 from collections import Counter
 
-from common.results import provenance_line, read_csv, table_block
+from common.results import PANELS, provenance_line, read_csv, table_block, yes_no
 
 # A heatmap cell with no passing configuration shows why, in a word: the first of these that happened.
 REASONS = {
@@ -16,7 +16,6 @@ REASONS = {
     "not measured": "time",
     "pruned": "budget",
 }
-CORNERS = [(64, 0), (64, 1), (128, 0), (128, 1)]
 
 
 def sweep_rows(gpu_dir, name):
@@ -72,23 +71,16 @@ def draw_heatmaps(gpu_dir, name, label):
                     text = f"{r['tflops']:.0f}\nw{r['num_warps']} s{r['num_stages']}"
                     colour = "white" if r["tflops"] < 0.6 * vmax else "black"
                 else:
-                    tile = (d, c, bm, bn)
-                    here = {
-                        r["status"].split(":")[0]
-                        for r in rows
-                        if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == tile
-                    }
+                    tile = [r for r in rows if (r["D"], r["causal"], r["BLOCK_M"], r["BLOCK_N"]) == (d, c, bm, bn)]
+                    here = {r["status"].split(":")[0] for r in tile}
                     text, colour = next((short for status, short in REASONS.items() if status in here), ""), "gray"
                 ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
         ax.set_xticks(range(len(ns_)), ns_)
         ax.set_yticks(range(len(ms_)), ms_)
         causal = "causal" if c else "non-causal"
         ax.set(xlabel="BLOCK_N (keys per step)", ylabel="BLOCK_M (queries per program)", title=f"D={d}, {causal}")
-    r = rows[0]
-    fig.suptitle(
-        f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\n"
-        f"B={r['B']}, H={r['H']}, N={r['N']}, {r['dtype']} — {r['gpu']}"
-    )
+    shape = "B={B}, H={H}, N={N}, {dtype} — {gpu}".format(**rows[0])
+    fig.suptitle(f"{label} sweep: best TFLOP/s over warps (w) and stages (s)\n{shape}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return [path]
@@ -127,7 +119,7 @@ def table_sweep(gpu_dir, name, module, grid_block="BLOCK_M"):
     for d, c in groups(rows):
         for rank, r in enumerate(ranked(rows, d, c)[:3], 1):
             per_sm, programs = programs_per_sm(r, dev), r["B"] * r["H"] * -(-r["N"] // r[grid_block])
-            body.append([d, "yes" if c else "no", rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
+            body.append([d, yes_no(c), rank, f"{r['BLOCK_M']} x {r['BLOCK_N']}", r["num_warps"], r["num_stages"],
                          f"{r['tflops']:.0f}", f"{r['smem_compiled'] / 1024:.0f} KB", r["regs"], per_sm,
                          f"{programs / (per_sm * sms):.1f}"])  # fmt: skip
     header = ["D", "causal", "rank", "BLOCK_M x BLOCK_N", "warps", "stages", "TFLOP/s", "shared memory"]
@@ -144,8 +136,8 @@ def table_sweep_corners(gpu_dir, name, module):
     rows, tiles = sweep_rows(gpu_dir, name), ((16, 16), (32, 32), (64, 64), (64, 128), (128, 64), (128, 128), (256, 64))
     best = best_cells(rows)
     cell = lambda r: f"{r['tflops']:.0f} (w{r['num_warps']} s{r['num_stages']})" if r else "—"  # noqa: E731
-    body = [[f"{bm} x {bn}", *(cell(best.get(g, {}).get((bm, bn))) for g in CORNERS)] for bm, bn in tiles]
-    header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in CORNERS)]
+    body = [[f"{bm} x {bn}", *(cell(best.get(g, {}).get((bm, bn))) for g in PANELS)] for bm, bn in tiles]
+    header = ["BLOCK_M x BLOCK_N", *(f"D={d}{' causal' if c else ''}" for d, c in PANELS)]
     caption = f"Best TFLOP/s for a tile shape, over warps and stages (N={rows[0]['N']}, {rows[0]['dtype']}):"
     return table_block(rows, f"python -m {module} && make report", caption, header, body, "lrrrr")
 
@@ -167,7 +159,7 @@ def table_sweep_stages(gpu_dir, name, module):
         return f"{r['tflops']:.0f} ({r['smem_compiled'] / 1024:.0f} KB, {programs_per_sm(r, dev)})"
 
     body = [
-        [d, "yes" if c else "no", f"{bm} x {bn}, {w} warps", *(cell(config.get((d, c, bm, bn, w, s))) for s in stages)]
+        [d, yes_no(c), f"{bm} x {bn}, {w} warps", *(cell(config.get((d, c, bm, bn, w, s))) for s in stages)]
         for (d, bm, bn, w), c in picks.items()
     ]
     header = ["D", "causal", "tile, warps", *(f"{s} stage{'s' if s > 1 else ''}" for s in stages)]

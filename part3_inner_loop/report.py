@@ -66,8 +66,11 @@ def ablation_figure(rows):
 
 
 def draw(gpu_dir):
-    heatmaps = sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3")
-    return [tiles.draw(), *heatmaps, *plot(gpu_dir, "part3_ablation.csv", "part3_ablation.png", ablation_figure)]
+    return [
+        tiles.draw(),
+        *sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3"),
+        *plot(gpu_dir, "part3_ablation.csv", "part3_ablation.png", ablation_figure),
+    ]
 
 
 TABLES = {

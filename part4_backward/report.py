@@ -4,7 +4,7 @@ by a second pass or by atomics, peak memory."""
 
 from common import sweep_report
 from common.impls import FLEX, impl_label
-from common.report import per_shape, percent, plot, tflops, tflops_index, yes_no
+from common.report import per_shape, plot, tflops, tflops_index, versus, yes_no
 from common.results import read_csv, table_block
 from part4_backward.dq_atomics import REPEATS
 
@@ -14,23 +14,14 @@ def table_mode(gpu_dir, mode):
     against FlexAttention where the CSV has it (`python -m common.bench --flex`)."""
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == mode]
     idx, flex = tflops_index(rows, mode=mode), any(r["impl"] == FLEX for r in rows)
-    others = ["part3", "sdpa_flash", "sdpa_cudnn", *[FLEX] * flex]
-
-    def cells(d, c, n):
-        if (mine := idx.get(("part4", d, c, n))) is not None:
-            p3, *libs = (idx.get((impl, d, c, n)) for impl in others)
-            ratios = [f"{mine / p3:.0f}x" if p3 else "—", *(percent(mine, x) for x in libs)]
-            return [tflops(p3), f"**{tflops(mine)}**", *map(tflops, libs), *ratios]
-
-    cols = ["part 3", "**part 4**", "SDPA flash", "SDPA cuDNN", *["FlexAttention"] * flex, "part 4 / part 3"]
-    cols += ["part 4 / flash", "part 4 / cuDNN", *["part 4 / Flex"] * flex]
-    compared = [r for r in rows if r["impl"] in ("part4", *others)]
+    impls = ["part3", "part4", "sdpa_flash", "sdpa_cudnn", *[FLEX] * flex]
+    cols, cells = versus(idx, "part4", impls, [i for i in impls if i != "part4"])
     caption = (
         f"{'Forward + backward' if mode == 'fwd+bwd' else 'Backward alone'}, TFLOP/s (the backward counts 2.5 times "
         "the forward's FLOPs), B=4, H=8, bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:"
     )
-    body = per_shape(sorted({r["N"] for r in rows}), cells)
-    command = f"python -m common.bench --mode {mode} && make report"
+    body = per_shape(sorted({r["N"] for r in rows}), lambda *shape: cells(*shape) if ("part4", *shape) in idx else None)
+    compared, command = [r for r in rows if r["impl"] in impls], f"python -m common.bench --mode {mode} && make report"
     return table_block(compared, command, caption, ["D", "causal", "N", *cols], body, "llr" + "r" * len(cols))
 
 
@@ -87,9 +78,11 @@ def memory_figure(rows):
 
 
 def draw(gpu_dir):
-    dkdv = sweep_report.draw_heatmaps(gpu_dir, "part4_dkdv", "Part 4 dK/dV kernel")
-    dq = sweep_report.draw_heatmaps(gpu_dir, "part4_dq", "Part 4 dQ kernel")
-    return [*dkdv, *dq, *plot(gpu_dir, "part4_memory.csv", "part4_memory.png", memory_figure)]
+    return [
+        *sweep_report.draw_heatmaps(gpu_dir, "part4_dkdv", "Part 4 dK/dV kernel"),
+        *sweep_report.draw_heatmaps(gpu_dir, "part4_dq", "Part 4 dQ kernel"),
+        *plot(gpu_dir, "part4_memory.csv", "part4_memory.png", memory_figure),
+    ]
 
 
 def table_fp32_dkdv(gpu_dir):
