@@ -245,10 +245,10 @@ def _plan(Q, K, is_causal, gluon):
     q_per_kv = n_seqs // math.prod(K.shape[:-2])  # grouped heads: query heads per key/value head
     scale = d**-0.5
     if gluon:
-        n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device)
+        meta = gluon_attention.constexprs(d, is_causal, gluon_attention.config_for(d, n_q, is_causal))
+        n_programs = gluon_attention.programs(n_q, n_seqs, d, Q.device, meta["WARPGROUPS"])
         grid = lambda _: n_programs  # noqa: E731
-        key = (Q.device, Q.dtype, d, is_causal)
-        meta = gluon_attention.constexprs(d, is_causal)
+        key = (Q.device, Q.dtype, d, is_causal, meta["WARPGROUPS"])
         group = gluon_attention.group_size(n_seqs, n_q, d, is_causal)  # the causal order's sequences side by side
         label = "gluon {WARPGROUPS}x{ROWS}x{BLOCK_N} s{STAGES}".format(**meta)  # as the benchmark names it
         return True, key, grid, (n_q, n_k, n_seqs, group, q_per_kv), meta, label

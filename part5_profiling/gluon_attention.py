@@ -31,6 +31,9 @@ time (steps/, make diff PART=5 STEP=fwd1, STEP=fwd2, ...), and each step adds it
   D) through a transpose: 4-D descriptors with each tensor's (batch, head, row) strides load their
   tiles in place (sequence bh is batch bh // HEADS, head bh % HEADS), and O is written in Q's layout,
   so neither side of the call copies a head.
+- fwd10: short sequences and causal masks at D = 64 take query tiles of two warpgroups (SHORT, 128
+  rows, config_for): three leave N_q = 1024 a last tile a third full, and a causal mask's tiles of
+  unequal length share out more evenly among the programs in smaller pieces.
 
 GPU only (sm_90): Gluon has no interpreter. `flash_attention.py` sends bf16 and fp16 calls on a
 Hopper GPU here and keeps its `tl` forward for the rest (float32, D = 16 and 32, other GPUs,
@@ -71,6 +74,12 @@ CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
     64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
 }
+# fwd10: two warpgroups where three leave a ragged last tile (N_q = 1024: six tiles of 192 rows, the
+# last a third full) or a causal mask's tiles to share out in too large pieces. tools/gluon_study.py
+# (results/h200/part5_gluon.csv): at D = 64 two are the faster up to N_q = 1024 without the mask
+# and 4096 with it; three from there.
+SHORT = {64: dict(WARPGROUPS=2, STAGES=4, REGISTERS=232, PINGPONG=True)}
+SHORT_UP_TO = {False: 1024, True: 4096}  # N_q, without and with the causal mask
 # The kernel's (batch, head, row) strides of Q, K, V and O, in order: run-time values like the lengths.
 STRIDES = [f"stride_{t}{a}" for t in "qkvo" for a in "bhn"]
 
@@ -510,14 +519,14 @@ def stride_key(key, strides):
 def launch(q, k, v, o, lse, is_causal, config=None, group=None):
     """O and L of q (k, v of q's rank: (B, H_kv, N_k, D), H_kv dividing H, or (B * H_kv, N_k, D)) into o (q's shape,
     any strides heads() reads in place) and lse through Triton's own launch path (part 5's
-    flash_forward launches the same kernel through its Launch). config: CONFIGS[D] unless given;
+    flash_forward launches the same kernel through its Launch). config: config_for's unless given;
     group: the causal order's sequences side by side (group_size's unless given)."""
     (q4, q_strides), (k4, k_strides), (v4, v_strides), (o4, o_strides) = (heads(t) for t in (q, k, v, o))
     if o4.data_ptr() != o.data_ptr():
         raise ValueError("o: the kernel writes it in place, so its strides must be whole 16 bytes")
     n_b, n_h, n_q, d = q4.shape
     n_seqs = n_b * n_h
-    meta = constexprs(d, is_causal, config)
+    meta = constexprs(d, is_causal, config or config_for(d, n_q, is_causal))
     grid = (programs(n_q, n_seqs, d, q.device, meta["WARPGROUPS"]),)
     group = group_size(n_seqs, n_q, d, is_causal) if group is None else group
     if group < 1:
@@ -525,6 +534,11 @@ def launch(q, k, v, o, lse, is_causal, config=None, group=None):
     sizes = (n_q, k4.shape[2], n_seqs, group, n_h // k4.shape[1], n_h)
     strides = (*q_strides, *k_strides, *v_strides, *o_strides)
     _attn_fwd_gluon[grid](q4, k4, v4, o4, lse, *sizes, *strides, d**-0.5, **meta)
+
+
+def config_for(d, n_q, is_causal):
+    """The configuration of a call: SHORT[d] up to SHORT_UP_TO[is_causal] queries, else CONFIGS[d]."""
+    return SHORT[d] if d in SHORT and n_q <= SHORT_UP_TO[bool(is_causal)] else CONFIGS[d]
 
 
 def constexprs(d, is_causal, config=None):

@@ -128,6 +128,22 @@ def test_causal_order_groups():
     assert gluon_attention.group_size(32, 16384, 128, False) == 32  # no mask: the order has no groups
 
 
+def test_short_and_causal_calls_take_two_warpgroups(monkeypatch):
+    """fwd10: at D = 64, 128-row tiles up to 1024 queries without the mask and 4096 with it; 192 past
+    those, and D = 128 always its own; the choice is part of the launch's key (another binary)."""
+    from part5_profiling import flash_attention as fa
+    from part5_profiling import gluon_attention as ga
+
+    warpgroups = lambda d, n, causal: ga.config_for(d, n, causal)["WARPGROUPS"]  # noqa: E731
+    assert [warpgroups(64, n, False) for n in (1, 1024, 1025, 4096)] == [2, 2, 3, 3]
+    assert [warpgroups(64, n, True) for n in (1024, 4096, 4097, 16384)] == [2, 2, 3, 3]
+    assert {warpgroups(128, n, c) for n in (64, 1024, 16384) for c in (False, True)} == {2}
+    monkeypatch.setattr(ga, "properties", lambda device: type("H200", (), {"multi_processor_count": 132}))
+    q, k = torch.empty(4, 8, 1024, 64), torch.empty(4, 8, 4096, 64)
+    short, long = fa._plan(q, q, False, True), fa._plan(k, k, False, True)
+    assert short[5] == "gluon 2x64x128 s4" and long[5] == "gluon 3x64x128 s4" and short[1] != long[1]
+
+
 @needs_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])

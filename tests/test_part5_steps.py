@@ -37,13 +37,13 @@ def test_ladder_rebuilds_the_shipped_kernel(part, ladder, target):
 
 def test_make_diff_shows_each_step_and_lists_them(part):
     out = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5"], cwd=ROOT, capture_output=True, text=True)
-    assert "builds gluon_attention.py in 9 steps" in out.stdout and "builds gluon_backward.py in 9 steps" in out.stdout
+    assert "builds gluon_attention.py in 10 steps" in out.stdout and "builds gluon_backward.py in 9 steps" in out.stdout
     first = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd1"], cwd=ROOT, **TEXT)
     assert first.stdout.startswith("--- /dev/null") and "+def programs(" in first.stdout
     step = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd7"], cwd=ROOT, **TEXT)
     ladder, at = steps.find(part, "fwd7")
     assert step.stdout == ladder[at].path.read_text() and "+    def _my_turn(" in step.stdout
-    wrong = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd10"], cwd=ROOT, **TEXT)
+    wrong = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd11"], cwd=ROOT, **TEXT)
     assert wrong.returncode == 2 and "its steps: fwd1" in wrong.stdout
 
 
@@ -65,7 +65,7 @@ def compiled():
 
 def test_every_step_compiles_and_holds_its_idea(part, compiled):
     c = compiled
-    assert len(c) == 2 * 18
+    assert len(c) == 2 * 19
     for (name, _), r in c.items():
         assert r["wgmma"] > 0 and r["smem"] <= 227 * 1024, r
         assert r["partitions"] == (name != "fwd1"), r  # a loader warp from fwd2 on
@@ -92,6 +92,8 @@ def test_every_step_compiles_and_holds_its_idea(part, compiled):
         assert c["bwd8", d]["params"] == c["bwd7", d]["params"] + 1 and c["bwd8", d]["wgmma"] == c["bwd7", d]["wgmma"]
         # bwd9: the group's sum is a launch of its own after the kernel, whose binary is bwd8's
         assert c["bwd9", d] | {"step": "bwd8"} == c["bwd8", d]
+        # fwd10: the configuration a short or causal call takes (compiled here: CONFIGS[d]'s, as fwd9's)
+        assert c["fwd10", d] | {"step": "fwd9"} == c["fwd9", d]
         # bwd1: dQ added by TMA, the statistics loaded from global memory; bwd2: they come by TMA
         assert c["bwd1", d]["tma_adds"]["3"] > 0 and c["bwd1", d]["global_loads"] > 0
         assert c["bwd2", d]["global_loads"] == 0 and c["bwd2", d]["tma_loads"]["1"] > 0
