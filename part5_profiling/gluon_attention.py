@@ -74,10 +74,8 @@ CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
     64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
 }
-# fwd10: two warpgroups where three leave a ragged last tile (N_q = 1024: six tiles of 192 rows, the
-# last a third full) or a causal mask's tiles to share out in too large pieces. tools/gluon_study.py
-# (results/h200/part5_gluon.csv): at D = 64 two are the faster up to N_q = 1024 without the mask
-# and 4096 with it; three from there.
+# fwd10's tiles for short and causal calls. tools/gluon_study.py (results/h200/part5_gluon.csv): at
+# D = 64 two warpgroups are the faster up to N_q = 1024 without the mask and 4096 with it.
 SHORT = {64: dict(WARPGROUPS=2, STAGES=4, REGISTERS=232, PINGPONG=True)}
 SHORT_UP_TO = {False: 1024, True: 4096}  # N_q, without and with the causal mask
 # The kernel's (batch, head, row) strides of Q, K, V and O, in order: run-time values like the lengths.

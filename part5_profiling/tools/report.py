@@ -44,7 +44,8 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd9
+STEP_SHAPES = {"fwd10": [(64, 0), (64, 1)]}  # a step whose change is at other shapes: its line shows those
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd9, ...
 
 
 def _ladder(gpu_dir):
@@ -102,9 +103,10 @@ def table_ladder(gpu_dir):
 
 
 def step_line(name):
-    """The README's line under step `name`: its pass's TFLOP/s at the two shapes with the change on
-    the step before (part 4 before the first), the tensor pipe at each, the top stall at the second."""
-    ladder = name.rstrip("0123456789")
+    """The README's line under step `name`: its pass's TFLOP/s at the two shapes (LADDER_SHAPES, or
+    STEP_SHAPES[name]) with the change on the step before (part 4 before the first), the tensor pipe
+    at each, the top stall at the second."""
+    ladder, shapes = name.rstrip("0123456789"), STEP_SHAPES.get(name, LADDER_SHAPES)
 
     def line(gpu_dir):
         rows, index = _ladder(gpu_dir)
@@ -112,15 +114,16 @@ def step_line(name):
         if name not in order:
             return f"_{name}: not measured._"
         before = order[order.index(name) - 1]
-        found = [(index.get((name, ladder, d, c)), index.get((before, ladder, d, c))) for d, c in LADDER_SHAPES]
+        found = [(index.get((name, ladder, d, c)), index.get((before, ladder, d, c))) for d, c in shapes]
         if not all(row and row.get("graph_tflops") for row, _ in found):
             return f"_{name}: not measured._"
         cells = []
-        for (d, c), (row, prev) in zip(LADDER_SHAPES, found):
+        for (d, c), (row, prev) in zip(shapes, found):
             change = row["graph_tflops"] / prev["graph_tflops"] - 1
             change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
-            cells.append(f"{row['graph_tflops']:.0f} TFLOP/s at {_shape(d, c)} ({change})")
-        measured = f"_Measured: {', '.join(cells)} on {before.replace('part4', 'part 4')}"
+            unit = "" if cells else " TFLOP/s"
+            cells.append(f"{row['graph_tflops']:.0f}{unit} at {_shape(d, c)} ({change})")
+        measured = f"_Measured on {before.replace('part4', 'part 4')}: {', '.join(cells)}"
         if not all(row.get("tensor_pipe_pct") is not None for row, _ in found):  # timed without ncu
             return measured + "; no counters (`--no-ncu`)._"
         pipes = " / ".join(f"{row['tensor_pipe_pct']:.0f}%" for row, _ in found)
@@ -498,11 +501,14 @@ GLUON_STUDY = "python -m part5_profiling.tools.gluon_study"
 
 
 def table_gluon(gpu_dir):
+    from part5_profiling.gluon_attention import SHORT_UP_TO
+
     caption = (
         "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and in brackets the speed over SDPA cuDNN's in the same "
         "run: the Gluon kernel with its warpgroups free or taking turns (ping-pong), part 4's `tl` kernel and the "
-        "variants of earlier versions of the study (a program per query tile: now the ladder's fwd4). Part 5 runs three "
-        "warpgroups with ping-pong at D = 64, two without at D = 128:"
+        "variants of earlier versions of the study (a program per query tile: now the ladder's fwd4). Part 5 runs at "
+        f"D = 64 two warpgroups with ping-pong up to N = {SHORT_UP_TO[False]} ({SHORT_UP_TO[True]} causal; fwd10) and "
+        "three from there, at D = 128 two without:"
     )
     return _study(gpu_dir, "part5_gluon.csv", GLUON_STUDY, caption, ["part 4"], "vs_cudnn")
 
