@@ -66,13 +66,13 @@ def leave():
 
 def _timed(tuners, sync, call):
     """(call()'s value, its seconds up to a synchronize, how many configurations the autotuners
-    `tuners` timed during it, together: see common.triton_tools.timed_configs)."""
-    for tuner in tuners:
-        tuner.configs_timings = None
+    `tuners` timed during it: common.triton_tools.timed_configs)."""
+    from common import triton_tools
+
+    out = []
     start = time.perf_counter()
-    out = call()
-    sync()
-    return out, time.perf_counter() - start, sum(len(t.configs_timings or ()) for t in tuners)
+    configs = triton_tools.timed_configs(tuners, lambda: (out.append(call()), sync()))
+    return out[0], time.perf_counter() - start, configs
 
 
 def _loaded(part):

@@ -152,10 +152,11 @@ def progression_figure(rows):
         loops = [mode == "fwd+bwd" and e["loop"] for e in entries]
         at = [i + (k - 0.5) * 0.4 for i in range(len(entries))]
         bars = ax.bar(at, heights, 0.4, color=face, label=what, hatch=["//" if loop else None for loop in loops])
-        labels = [
-            "—" if x is None else tflops(x[0]) + (f"\n(N={x[1]})" if x[1] != n else "") + "\nPyTorch\nbackward" * loop
-            for x, loop in zip((e[mode] for e in entries), loops)
-        ]
+        labels = []
+        for e, loop in zip(entries, loops):
+            x = e[mode]
+            label = "—" if x is None else tflops(x[0]) + (f"\n(N={x[1]})" if x[1] != n else "")
+            labels.append(label + ("\nPyTorch\nbackward" if loop and x is not None else ""))
         ax.bar_label(bars, labels=labels, fontsize=7, padding=2)
         if (base := entries[-1][mode]) is not None:
             ax.axhline(base[0], color=base_colours[mode], ls="--", lw=0.8)
@@ -263,7 +264,8 @@ def table_graph(gpu_dir, part):
 
     def cells(d, c, n):
         if (me, d, c, n) in timed:
-            (t, g), (ft, fg) = ([idx.get((i, d, c, n)) for idx in (timed, graph)] for i in (me, "sdpa_flash"))
+            t, ft = timed[(me, d, c, n)], timed.get(("sdpa_flash", d, c, n))
+            g, fg = graph.get((me, d, c, n)), graph.get(("sdpa_flash", d, c, n))
             return [tflops(t), tflops(g), tflops(ft), tflops(fg), percent(g, fg)]
 
     header = ["D", "causal", "N", f"part {part}", f"part {part}, graph", "SDPA flash", "SDPA flash, graph"]

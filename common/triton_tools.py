@@ -87,17 +87,18 @@ def chosen_label(kernel):
     return "" if config is None else config_label(config)
 
 
-def timed_configs(tuner, call):
-    """Run call() and return how many configurations the autotuner `tuner` timed during it: all that
-    survived pruning for a new key, 0 when the key was seen before.
+def timed_configs(tuners, call):
+    """Run call() and return how many configurations the autotuners `tuners` (a list) timed during it,
+    together: for each, all that survived pruning for a new key, 0 when the key was seen before.
     3.6 to 3.9: each time it benchmarks, Autotuner replaces configs_timings with a new
     {config: time} dict; otherwise it leaves it alone, so it is cleared first.
     3.8 and 3.9: when pruning leaves a single configuration, it is used without being timed (0);
     3.6 times it (1). With Triton's autotuning disk cache switched on (off by default), a hit restores
     the saved timings and counts as timed."""
-    tuner.configs_timings = None
+    for tuner in tuners:
+        tuner.configs_timings = None
     call()
-    return len(tuner.configs_timings or ())
+    return sum(len(tuner.configs_timings or ()) for tuner in tuners)
 
 
 def launched(kernels, call):

@@ -243,6 +243,6 @@ def test_triton_tools_read_the_autotuner(part):
     def call():
         fa.FlashAttention.apply(q, q, q, True)
 
-    first = triton_tools.timed_configs(tuner, call)
+    first = triton_tools.timed_configs([tuner], call)
     assert first <= len(fa.CONFIGS) and triton_tools.chosen(tuner) in fa.CONFIGS
-    assert triton_tools.timed_configs(tuner, call) == 0  # a shape class seen before is not timed again
+    assert triton_tools.timed_configs([tuner], call) == 0  # a shape class seen before is not timed again
