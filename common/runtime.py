@@ -51,24 +51,14 @@ def capability(device):
     return found.major, found.minor
 
 
-_SCRATCH = {}  # (stream, bytes) -> the scratch buffer of that stream's launches, kept
-_MAX_SCRATCH = 256  # buffers kept; past this many (grids that keep changing), a new one each launch
-
-
 def _descriptor_scratch(size: int, alignment: int, stream):
     """In-kernel tensor descriptors (tl.make_tensor_descriptor) are written by each program into a
     small global-memory scratch buffer (on Hopper: the TMA descriptor, 128 bytes), which Triton asks
-    for at launch time. Launches on one stream run one after another, so a stream's launches of one
-    size share one buffer, kept for good: an allocation less per launch. While a CUDA graph is
-    captured, each launch gets a new one from PyTorch's allocator, which keeps it for the graph."""
-    if HAS_GPU and torch.cuda.is_current_stream_capturing():
-        return torch.empty(size, dtype=torch.int8, device=DEVICE)
-    found = _SCRATCH.get((stream, size))
-    if found is None:
-        found = torch.empty(size, dtype=torch.int8, device=DEVICE)
-        if len(_SCRATCH) < _MAX_SCRATCH:
-            _SCRATCH[stream, size] = found
-    return found
+    for at launch time. A new one from PyTorch's allocator every launch: one kept across launches
+    breaks torch.compile's CUDA graphs (mode="reduce-overhead"), whose warm-up runs allocate into the
+    graph's memory pool, and a buffer kept from there is a live allocation the graph does not track
+    (4baaa30 kept one per stream: "Detected 1 tensor(s) in the cudagraph pool not tracked as outputs")."""
+    return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 
 def set_triton_allocator():

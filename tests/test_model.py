@@ -438,6 +438,26 @@ def test_compiled_llama_on_gpu(part, apply_calls, monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.since_part(1)
+def test_cuda_graphs_llama_on_gpu(part):
+    """torch.compile(model, mode="reduce-overhead"): Inductor's graph captured as CUDA graphs and
+    replayed (the training benchmark's third mode). Three steps, the first two the graphs' warm-up
+    and capture, the third a replay: no allocation of the part's may outlive a step (a buffer kept
+    across launches fails the capture, "not tracked as outputs"), and the replay is as accurate as
+    the eager model."""
+    torch._dynamo.reset()
+    model, _ = bf16_and_reference(SMALL, hf.register(part))
+    ids = token_ids(N_GPU, SMALL["vocab_size"], DEVICE)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    for _ in range(3):
+        torch.compiler.cudagraph_mark_step_begin()
+        got = forward_backward(compiled, ids)
+    assert_no_worse_than_sdpa(got, SMALL, ids, f"part {part}, CUDA graphs")
+    torch._dynamo.reset()
+
+
 # The op named as the way, not the file or module that holds it (flash_attention.py, part1_x.flash_attention).
 NAMES_THE_OP = re.compile(r"(?<![\w./])flash_attention(?![\w.])")
 
