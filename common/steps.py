@@ -2,7 +2,6 @@
 
     python -m common.steps --part 5 --list                     # every ladder of part 5 and its steps
     python -m common.steps --part 5 --show fwd3                # the kernel file after step fwd3
-    python -m common.steps --part 5 --carry fwd2 FILE          # FILE: step fwd2 fixed; carry it up
     python -m common.steps --part 3 --refresh                  # after editing the shipped kernel
 
 A part's steps/ folder holds one ladder or several. A step is a file named <ladder><n>_<idea>:
@@ -14,10 +13,7 @@ step is either a diff on the part before's flash_attention.py (part 3) or a whol
 
 A study that needs a changed kernel (a stage done twice, a candidate change) keeps the change as a
 patch too, in tools/variants/ beside the study: variant() applies it to the shipped kernel file.
-
-A fix to a kernel that a ladder builds is made in the step that introduced the code, and carried
-through every step after it (`carry`): each later step gets the same change, and every patch from
-there on is written again from the new sources. Needs only the standard library (`make diff`).
+Needs only the standard library (`make diff`).
 """
 
 import argparse
@@ -142,38 +138,6 @@ def apply_patch(text, patch):
     return "".join(new + old[at:])
 
 
-def carry_change(before, after, text, where="the text"):
-    """The change that turns `before` into `after`, made to `text` too (a later step, which holds
-    the same lines elsewhere): each block of changed lines is found in text (the occurrence nearest
-    its place in `before`, shifted by what text added above it) and replaced; lines added between
-    two others go after the line above them. ValueError naming the block if text no longer holds
-    it (a later step rewrote those lines): then that step needs the fix by hand."""
-    a, b, lines = before.splitlines(keepends=True), after.splitlines(keepends=True), text.splitlines(keepends=True)
-    edits, shift = [], 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        if i2 > i1:  # lines replaced or removed
-            lo, old, new = i1, a[i1:i2], b[j1:j2]
-        elif i1 > 0:  # lines added: after the line above them
-            lo, old, new = i1 - 1, a[i1 - 1 : i1], a[i1 - 1 : i1] + b[j1:j2]
-        else:  # lines added at the top
-            lo, old, new = 0, a[:1], b[j1:j2] + a[:1]
-        places = [p for p in range(len(lines) - len(old) + 1) if lines[p : p + len(old)] == old]
-        if not places:
-            raise ValueError(f"the change at line {i1 + 1} does not apply to {where}: {''.join(old)[:200]!r}")
-        p = min(places, key=lambda p: abs(p - (lo + shift)))
-        edits.append((p, len(old), new))
-        shift = p - lo
-    edits.sort(key=lambda e: e[0])
-    for (p, size, _), (q, _, _) in zip(edits, edits[1:]):
-        if q < p + size:
-            raise ValueError(f"two changes overlap in {where} at line {q + 1}: edit it by hand")
-    for p, size, new in reversed(edits):
-        lines[p : p + size] = new
-    return "".join(lines)
-
-
 def patch_text(before, after, old_name, new_name):
     """A step's patch: the unified diff from before to after, two lines of context."""
     diff = difflib.unified_diff(
@@ -186,8 +150,6 @@ def write(n, ladder, texts):
     """Write part n's ladder from its sources ([start, step 1, ..., last]): a .py first step as the
     file, every other step as the patch from the step before. Returns the steps rewritten."""
     steps = steps_of(n, ladder)
-    if texts[-1] != target(n, ladder).read_text():
-        raise ValueError(f"the ladder would not end at {TARGETS[ladder]}: carry the change into that file too")
     written = []
     for i, step in enumerate(steps, 1):
         names = (f"step {steps[i - 2].name}" if i > 1 else "step 0", f"step {step.name}: {step.path.stem}")
@@ -196,19 +158,6 @@ def write(n, ladder, texts):
             step.path.write_text(body)
             written.append(step)
     return written
-
-
-def carry(n, name, fixed):
-    """Step `name` of part n becomes `fixed` (its whole kernel file): the change is made to every
-    later step and to the ladder's target, and every patch from there on is written again."""
-    steps, i = find(n, name)
-    texts = sources(n, steps[0].ladder)
-    before = texts[i + 1]
-    texts[i + 1] = fixed
-    for j in range(i + 2, len(texts)):
-        texts[j] = carry_change(before, fixed, texts[j], f"step {steps[j - 1].name}")
-    target(n, steps[0].ladder).write_text(texts[-1])
-    return write(n, steps[0].ladder, texts)
 
 
 def refresh(n, ladder=""):
@@ -227,16 +176,12 @@ def main(argv=None):
     ap.add_argument("--part", type=int, required=True)
     ap.add_argument("--list", action="store_true", help="every ladder of the part and its steps")
     ap.add_argument("--show", metavar="STEP", help="print the kernel file after this step")
-    ap.add_argument("--carry", nargs=2, metavar=("STEP", "FILE"), help="FILE is STEP fixed: carry the fix up")
     ap.add_argument("--refresh", nargs="?", const="", metavar="LADDER", help="rewrite the last patch (after an edit)")
     args = ap.parse_args(argv)
     try:
         if args.show:
             steps, i = find(args.part, args.show)
             sys.stdout.write(sources(args.part, steps[0].ladder)[i + 1])
-        elif args.carry:
-            done = carry(args.part, args.carry[0], Path(args.carry[1]).read_text())
-            print("rewrote " + (", ".join(str(s.path.relative_to(ROOT)) for s in done) or "nothing"))
         elif args.refresh is not None:
             done = refresh(args.part, args.refresh)
             print("rewrote " + (", ".join(str(s.path.relative_to(ROOT)) for s in done) or "nothing"))

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import random
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from common import ROOT, parts
+from common.inputs import Shape
 from common.runtime import DEVICE, HAS_GPU, INTERPRET
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -17,6 +19,42 @@ DTYPE_IDS = ["fp32", "fp16", "bf16"]
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (full-size shapes are too slow elsewhere)")
 HOPPER = HAS_GPU and torch.cuda.get_device_capability() == (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on a Hopper GPU (sm_90) only")
+
+
+# The shape matrix of tests/test_correctness.py, chosen to break the kernels' weak spots: lengths
+# that are not a multiple of any tile size, N_q != N_k, N = 1, the smallest D, 3-D and 4-D. These
+# are small enough for the Triton interpreter on a CPU (each case well under a second or two).
+CORE_SHAPES = [
+    Shape((2,), 64, 64, 64),  # every length a multiple of 16, 32 and 64: the friendly case
+    Shape((2, 2), 48, 48, 16),  # smallest D, 4-D
+    Shape((2, 3), 100, 100, 32),  # ragged: 100 = 6*16 + 4, batch*heads > 1
+    Shape((3,), 37, 53, 128),  # ragged on both axes, N_q < N_k, largest D
+    Shape((2,), 80, 33, 64),  # N_q > N_k, ragged keys: the last key tile is mostly padding
+    Shape((1, 2), 1, 50, 32),  # a single query
+    Shape((2,), 40, 1, 16),  # a single key
+    Shape((3,), 1, 1, 32),  # a single query and a single key
+    Shape((1, 2), 130, 200, 64),  # several key tiles of every tile size used, so the running max
+    # really moves between tiles (with 64-row tiles, most shapes above fit in one key tile)
+]
+
+# Full-size shapes: GPU only (the interpreter would take minutes each).
+FULL_SHAPES = [
+    Shape((2, 8), 1024, 1024, 64),
+    Shape((1, 4), 2048, 2048, 128),
+    Shape((2, 4), 1000, 1531, 64),  # ragged, N_q != N_k
+    Shape((4, 2), 777, 777, 16),
+    Shape((1, 2), 4096, 4096, 128),
+]
+
+
+def random_shapes(count, seed, max_n, ds=(16, 32, 64, 128)):
+    """A seeded sweep of random shapes (3-D and 4-D, any N in [1, max_n], any supported D)."""
+    rng = random.Random(seed)
+
+    def lead():
+        return (rng.randint(1, 3),) if rng.random() < 0.5 else (rng.randint(1, 2), rng.randint(1, 3))
+
+    return [Shape(lead(), rng.randint(1, max_n), rng.randint(1, max_n), rng.choice(ds)) for _ in range(count)]
 
 
 def fresh_python(code, timeout=300, **env):

@@ -7,16 +7,19 @@ import torch
 
 from common import parts
 from common.check import check_part, run_part
-from common.inputs import CORE_SHAPES, FULL_SHAPES, STRESS_SCALE, Shape, make_inputs, random_shapes
+from common.inputs import STRESS_SCALE, Shape, make_inputs
 from tests.helpers import (
+    CORE_SHAPES,
     DEVICE,
     DTYPE_IDS,
     DTYPES,
+    FULL_SHAPES,
     HAS_GPU,
     assert_report_ok,
     assert_same,
     dq_reordered,
     needs_gpu,
+    random_shapes,
     skip_unsupported,
 )
 

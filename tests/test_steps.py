@@ -1,5 +1,5 @@
 """The ladders of steps (common/steps.py): patches that apply or say where they do not, names that
-sort as numbers, two ladders in one folder, a fix carried through every later step. The parts'
+sort as numbers, two ladders in one folder, the last patch rewritten after an edit. The parts'
 own ladders (part 3's, part 5's) are checked where their kernels are tested."""
 
 import difflib
@@ -70,35 +70,6 @@ def test_a_gap_in_the_numbers_is_an_error(fake_part):
     (folder / "steps" / "fwd5_idea_4.diff").rename(folder / "steps" / "fwd13_idea_4.diff")
     with pytest.raises(ValueError, match="not 1..11"):
         steps.ladders(folder)
-
-
-def test_a_fix_is_carried_through_every_later_step(fake_part):
-    """A bug fixed in step fwd3 (line 2 changed) and a line added at the end reach every later step
-    and the file the ladder ends at; every patch from fwd3 on is written again and still applies."""
-    folder, texts = fake_part
-    fixed = texts[2].replace("line 2\n", "line 2, fixed\n") + "tail\n"
-    written = steps.carry(7, "fwd3", fixed)
-    assert [s.name for s in written] == ["fwd3"]  # the later patches' lines and context are as they were
-    after = steps.sources(7, "fwd")
-    assert after[:3] == [""] + texts[:2]  # the steps before fwd3 are untouched
-    for before, now in zip(texts[2:], after[3:]):
-        assert now == before.replace("line 2\n", "line 2, fixed\n") + "tail\n"
-    assert (folder / "gluon_attention.py").read_text() == after[-1]
-
-
-def test_a_fix_where_a_later_step_rewrote_the_lines_is_refused(fake_part):
-    """Step fwd3 adds "idea 2" after "idea 1"; a fix to "idea 1" in fwd2 reaches fwd3 as written,
-    but one that would change a line that a later step removed cannot be carried: it says where."""
-    folder, texts = fake_part
-    steps.carry(7, "fwd2", texts[1].replace("idea 1\n", "idea one\n"))
-    assert "idea one\nidea 2\n" in steps.sources(7, "fwd")[3]
-    last = steps.sources(7, "fwd")[-1]
-    (folder / "gluon_attention.py").write_text(last.replace("line 5\n", ""))  # the last step removes line 5
-    assert [s.name for s in steps.refresh(7, "fwd")] == ["fwd11"]
-    step3 = steps.sources(7, "fwd")[3]
-    with pytest.raises(ValueError, match="does not apply to step fwd11"):
-        steps.carry(7, "fwd3", step3.replace("line 5\n", "line five\n"))
-    assert steps.sources(7, "fwd")[3] == step3  # nothing was written
 
 
 def test_refresh_after_editing_the_target(fake_part):
