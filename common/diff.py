@@ -5,9 +5,10 @@
     python -m common.diff --part 5 --step fwd3   (or: make diff PART=5 STEP=fwd3): step 3 of part 5's forward
 
 Only the kernel file is compared line by line; files a part adds (a sweep script, a profiler)
-are listed. A part that makes several changes keeps them as a ladder of steps in its steps/ folder
-(common/steps.py), one idea a patch: --step prints one, and the plain diff lists them all. Needs
-nothing beyond the Python standard library.
+are listed. A part that makes several changes keeps them as ladders of steps in its steps/ folder
+(common/steps.py), one idea a patch: --step prints one, and the plain diff lists them all. Where a
+part's lesson is followed by a model ladder (part 5), the plain diff is its kernel file as the
+lesson leaves it: the model ladder's first step. Needs nothing beyond the Python standard library.
 """
 
 import argparse
@@ -50,22 +51,31 @@ def main(argv=None):
         return 0
     old, new = parts.folder(n - 1), parts.folder(n)
     a, b = parts.path(n - 1), parts.path(n)
-    diff = difflib.unified_diff(
-        a.read_text().splitlines(keepends=True),
-        b.read_text().splitlines(keepends=True),
-        fromfile=str(a.relative_to(ROOT)),
-        tofile=str(b.relative_to(ROOT)),
-    )
-    sys.stdout.write("".join(diff))
+    found = steps.ladders(new)
+    if steps.MODEL in found:  # the kernel file as the lesson leaves it: the model ladder's first step
+        sys.stdout.write(steps.split_patch(found[steps.MODEL][0].path.read_text())[b.name])
+    else:
+        diff = difflib.unified_diff(
+            a.read_text().splitlines(keepends=True),
+            b.read_text().splitlines(keepends=True),
+            fromfile=str(a.relative_to(ROOT)),
+            tofile=str(b.relative_to(ROOT)),
+        )
+        sys.stdout.write("".join(diff))
     skip = {"__pycache__", "README.md"}
     added = sorted(
         p.name + "/" * p.is_dir() for p in new.iterdir() if p.name not in skip and not (old / p.name).exists()
     )
     if added:
         print(f"\nPart {n} also adds: {', '.join(added)}")
-    for ladder, found in steps.ladders(new).items():
-        names = ", ".join(f"{s.name} {s.label}" for s in found)
-        what = f"builds {steps.TARGETS[ladder]} in {len(found)} steps" if ladder else f"makes {len(found)} changes"
+    for ladder, found_steps in found.items():
+        names = ", ".join(f"{s.name} {s.label}" for s in found_steps)
+        if ladder == steps.MODEL:
+            what = f"then takes what a model needs in {len(found_steps)} steps (the first is the diff above)"
+        elif ladder:
+            what = f"builds {steps.TARGETS[ladder]} in {len(found_steps)} steps"
+        else:
+            what = f"makes {len(found_steps)} changes"
         print(f"Part {n} {what}; one at a time: make diff PART={n} STEP=<step> ({names})")
     return 0
 

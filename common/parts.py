@@ -15,7 +15,6 @@ What common/ reads of a part is its interface, in its flash_attention.py, and no
   on), and, where a part routes calls to other kernels (part 5), _last_forward["label"].
 """
 
-import functools
 import importlib
 import importlib.util
 import re
@@ -93,22 +92,19 @@ def load(n):
     return importlib.import_module(f"{folder(n).name}.flash_attention")
 
 
-@functools.cache
-def load_variant(n, name):
-    """Part n's kernel file with a study's patch, tools/variants/<name>.diff, applied
-    (common.steps.variant), imported as a module of its own (once): a study's switch is a patch."""
-    from common import steps  # here: common.steps imports this module
-
-    return load_source(f"part{n}_variant_{name}", steps.variant(n, name))
+_SOURCES = []  # the temporary folder load_source writes into, made once and removed at exit
 
 
 def load_source(name, source):
     """Import `source`, the text of a kernel file (a part's, changed on purpose: a test's mutation,
-    an ablation step, a variant), as a module called `name`. Its torch.library ops register under
-    that name, so it never collides with the part it came from."""
+    an ablation step, a variant: common.steps.load_variant), as a module called `name`. Its
+    torch.library ops register under that name, so it never collides with the part it came from.
+    The file lies in one temporary folder per process, removed when the process exits."""
     import common.runtime  # noqa: F401  (TRITON_INTERPRET is set before the source imports triton)
 
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    if not _SOURCES:
+        _SOURCES.append(tempfile.TemporaryDirectory(prefix="flash-attention-sources-"))
+    path = Path(_SOURCES[0].name) / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

@@ -79,7 +79,7 @@ def write_csv(path, rows, fields, key=None, sort=None, drop=None, replaces=None)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = list(rows)
     if key is not None and path.exists():
-        of = lambda r: tuple(str(r[c]) for c in key)  # noqa: E731
+        of = lambda r: tuple(str(r.get(c, "")) for c in key)  # noqa: E731
         new = {of(r) for r in rows if replaces is None or replaces(r)}
         old = [r for r in _read_text(path) if of(r) not in new and not (drop and drop(r))]
         left = {of(r) for r in old}  # a row that replaces has its key in `new`: never in `left`

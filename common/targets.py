@@ -182,7 +182,7 @@ def gluon_jobs(n):
     """Part n's Gluon kernels (the modules it routes to that define constexprs()), for sm_90 only."""
     module, out = parts.load(n), []
     for sub in vars(module).values():
-        if not (isinstance(sub, types.ModuleType) and hasattr(sub, "constexprs") and hasattr(sub, "HAVE_GLUON")):
+        if not (isinstance(sub, types.ModuleType) and hasattr(sub, "constexprs") and hasattr(sub, "supported")):
             continue
         fn = next(v for k, v in vars(sub).items() if k.endswith("_gluon") and hasattr(v, "arg_names"))
         for dtype in ("bf16", "fp16"):

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from common import parts, results, study
+from common import results, steps, study
 from common.bench import each_shape
 from common.check import check_slices
 from common.timing import attention_flops, tflops, time_ms
@@ -31,7 +31,7 @@ def main(argv=None):
     study.arguments(__doc__, argv)
     if not study.on_gpu("Timing the two dQ variants (tests/test_backward.py checks both anywhere)"):
         return 0
-    module = parts.load_variant(4, "atomic_dq")
+    module = steps.load_variant(4, "atomic_dq")
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in each_shape(SEQ_LENS, b=B, h=H):
         o, lse = module.flash_forward(q, k, v, causal)

@@ -15,7 +15,7 @@
 # %%
 import torch
 
-from common import parts, runtime
+from common import parts, runtime, steps
 from common.check import check_part
 from common.inputs import Shape, make_inputs
 from part4_backward import figures
@@ -91,7 +91,7 @@ o, lse = part4.flash_forward(q, k, v, True)
 first = part4.flash_backward(q, k, v, o, lse, do, True)
 second = part4.flash_backward(q, k, v, o, lse, do, True)
 print("second pass, two calls bitwise equal:", all(torch.equal(a, b) for a, b in zip(first, second)))
-atomics = parts.load_variant(4, "atomic_dq")
+atomics = steps.load_variant(4, "atomic_dq")
 atomic = [atomics.flash_backward(q, k, v, o, lse, do, True, atomic_dq=True)[0] for _ in range(3)]
 print("atomics, max |dQ - dQ (second pass)|:", max((a.float() - first[0].float()).abs().max().item() for a in atomic))
 

@@ -1,25 +1,28 @@
-"""Part 5: part 4's kernels, and where the profile finds them short, a Hopper forward and backward
-written in Gluon: the FlashAttention-3 schedule, spelled out by hand.
+"""Part 5: part 4's kernels, and on Hopper a forward and a backward written in Gluon:
+FlashAttention-3's schedule, spelled out by hand in gluon_attention.py and gluon_backward.py, each
+built a step at a time (make diff PART=5 STEP=fwd1, ..., STEP=bwd1, ...). This file routes the calls
+(model1), then takes what a model needs, a step at a time (make diff PART=5 STEP=model2, ...):
 
-- flash_forward sends bf16 and fp16 calls at D = 64 and 128 on a Hopper GPU to gluon_attention.py:
-  a loader warp, softmax warpgroups that share each K and V tile, the next Q K^T issued before this
-  tile's softmax, a persistent grid. Triton's compiler does not produce that schedule from
-  _attn_fwd (tools/candidates.py and its --compile). _attn_fwd keeps every other call: float32,
-  D = 16 and 32, other GPUs, Triton's interpreter on the CPU.
-- flash_backward sends the same calls to gluon_backward.py: dK, dV and dQ from one pass over the
-  scores, five matrix products per tile pair instead of seven, dQ added in float32 by TMA
-  reduce-adds. Part 4's kernels keep the rest, and every call made under
+- model1: the routing. flash_forward sends bf16 and fp16 calls at D = 64 and 128 on a Hopper GPU to
+  gluon_attention.py, flash_backward to gluon_backward.py; part 4's kernels keep every other call
+  (float32, D = 16 and 32, other GPUs, Triton's interpreter on the CPU), and every backward under
   torch.use_deterministic_algorithms(True): the Gluon dQ's last bits follow the order its adds arrive.
-- Every kernel launches through fast_launch.Launch, which skips Triton's per-call Python after the
-  first call of a shape class: below N = 4096 that Python takes longer than the kernels. What the
-  shapes fix is worked out once per call signature: the forward's plan (_plan), the Gluon
-  backward's (gluon_backward.Plan).
+- model2: the host path. Every kernel launches through fast_launch.Launch, which skips Triton's
+  per-call Python after the first call of a shape class (below N = 4096 that Python outlasts the
+  kernels), and what the shapes fix is worked out once per call signature: the forward's plan
+  (_plan), the Gluon backward's (gluon_backward.Plan).
+- model3: grouped key/value heads (Q_PER_KV): K and V with H_kv heads, H_kv dividing H, read as
+  they are. Part 4's forward and dQ kernels read key/value sequence bh // Q_PER_KV, and a dK/dV
+  program walks its group's query sequences.
+- model4: heads where they lie: the op takes a model's transposed (B, N, H, D) heads as they are
+  (STRIDED_HEADS); the Gluon kernels read and write them in place, part 4's copy them once.
+- model5: short tiles: the Gluon forward's configuration of a call from gluon_attention.config_for.
+- model6: the group's sum of the Gluon backward's dK and dV in one launch (gluon_backward._group_sum).
+- model7: the causal diagonal aligned bottom-right (FlashAttention.apply(..., bottom_right=True):
+  queries continuing a key/value cache), IS_CAUSAL == BOTTOM_RIGHT in part 4's kernels: query i
+  sees keys up to i + N_KEYS - N_QUERIES, the same tile split on shifted rows.
 
-The kernels below are part 4's, with grouped key/value heads (Q_PER_KV) added: the forward and
-dQ kernels read key/value sequence bh // Q_PER_KV, and a dK/dV program walks its group's query
-sequences; and with the causal diagonal aligned bottom-right (IS_CAUSAL == BOTTOM_RIGHT, for
-queries continuing a key/value cache): query i sees keys up to i + N_KEYS - N_QUERIES, the same
-tile split on shifted rows. The studies behind each choice are in tools/.
+The studies behind each choice are in tools/.
 
 Run:  make test PART=5   |   make bench PART=5   |   make profile PART=5 (GPU)
 """
@@ -203,7 +206,7 @@ STRIDED_HEADS = True  # its op takes a model's transposed heads as they are (com
 # part 4's kernels take it, the Gluon kernels do not (yet).
 BOTTOM_RIGHT = 2
 _launch_fwd = fast_launch.Launch(_attn_fwd)
-_launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon) if gluon_attention.HAVE_GLUON else None
+_launch_fwd_gluon = fast_launch.Launch(gluon_attention._attn_fwd_gluon)
 _last_forward = {"label": None}
 
 
@@ -547,7 +550,7 @@ _launch_preprocess = fast_launch.Launch(_attn_bwd_preprocess)
 _launch_dkdv = fast_launch.Launch(_attn_bwd_dkdv)
 _launch_dq = fast_launch.Launch(_attn_bwd_dq)
 _launch_bwd_prepare = fast_launch.Launch(gluon_backward._bwd_prepare)
-_launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_gluon) if gluon_backward.HAVE_GLUON else None
+_launch_bwd_gluon = fast_launch.Launch(gluon_backward._attn_bwd_gluon)
 _launch_dq_convert = fast_launch.Launch(gluon_backward._dq_convert)
 _launch_group_sum = fast_launch.Launch(gluon_backward._group_sum)
 _last_backward = {"label": None}
@@ -606,7 +609,7 @@ def flash_backward(Q, K, V, O, L, dO, is_causal):
     # gluon_backward.py on Hopper (16-bit, D = 64 or 128); its dQ sum's order varies, so not where
     # PyTorch is asked for deterministic algorithms (part 4's kernels give the same bits on every call)
     repeatable = torch.are_deterministic_algorithms_enabled()
-    if GLUON and not repeatable and is_causal != BOTTOM_RIGHT and gluon_backward.supported(Q):
+    if GLUON and not repeatable and is_causal != BOTTOM_RIGHT and gluon_attention.supported(Q):
         _last_backward["label"] = "gluon"
         return _gluon_backward(Q, K, V, O, L, dO, is_causal)
     _last_backward["label"] = "tl"
@@ -651,8 +654,8 @@ class FlashAttention(torch.autograd.Function):
         check_inputs(Q, K, V, is_causal, triton=True, grouped=GROUPED_HEADS)
         is_causal = _diagonal(Q, K, is_causal, bottom_right)
         if not _takes_gluon(Q, is_causal):  # part 4's kernels read contiguous heads: a model's strided
-            Q, K, V = _dense(Q), _dense(K), _dense(V)  # views are copied once, and saved so that the
-        if any(ctx.needs_input_grad):  # backward's kernels compile (launch.ahead) beside the forward's
+            Q, K, V = _dense(Q), _dense(K), _dense(V)  # views are copied once, and saved so
+        if any(ctx.needs_input_grad):  # the backward's kernels compile (launch.ahead) beside the forward's
             launch.ahead(flash_backward, Q, K, V, Q, launch.Blank(Q.shape[:-1], torch.float32), Q, is_causal)
         O, L = flash_forward(Q, K, V, is_causal)
         ctx.save_for_backward(Q, K, V, O, L)

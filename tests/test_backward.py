@@ -4,7 +4,7 @@ non-causal backward that really is non-causal, and gradients that train a small 
 import pytest
 import torch
 
-from common import parts
+from common import parts, steps
 from common.check import check_outputs, check_part
 from common.inputs import Shape, make_inputs
 from tests.helpers import (
@@ -69,7 +69,7 @@ def test_atomic_dq(part, dtype, is_causal):
     tools/variants/atomic_dq.diff that part4_backward/dq_atomics.py times, is correct too; and with
     atomic_dq=False the patched file is part 4's backward, bit for bit."""
     skip_unsupported(part, dtype)
-    module = parts.load_variant(part, "atomic_dq")
+    module = steps.load_variant(part, "atomic_dq")
     for i, shape in enumerate((SHAPE, Shape((2,), 40, 1, 16), Shape((1, 2), 1, 50, 32))):
         q, k, v, do = make_inputs(shape, dtype, DEVICE, seed=2 + i, scale=5.0 if i == 0 else 1.0)
         out = dict(zip(("O", "L", "dQ", "dK", "dV"), _grads(module, q, k, v, do, is_causal, atomic_dq=True)))

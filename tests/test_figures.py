@@ -171,22 +171,24 @@ def test_ring_model_catches_a_broken_rule(part):
 
 @pytest.mark.only_parts(5)
 def test_ring_model_rule_is_the_kernels(part):
-    """The rule ring.py models is the one gluon_attention.py's loader and warpgroups use: the slot and
-    phase bit of a key tile, the parities they wait with, and the barriers' arrival counts."""
-    from part5_profiling import gluon_attention
+    """The rule ring.py models is the one the kernels' rings use (hopper.Ring and Counter): the slot and
+    phase bit of a key tile, the parities the loader and the warpgroups wait with, and the barriers'
+    arrival counts (the forward's K and V rings freed by every warpgroup)."""
+    from part5_profiling import gluon_attention, hopper
 
-    source = " ".join(open(gluon_attention.__file__).read().split())
+    source = " ".join(open(hopper.__file__).read().split())
     for line in (
-        "slot = it % STAGES",
-        "phase = (it // STAGES) & 1",
-        "mbarrier.wait(k_free.index(slot), phase ^ 1)",
-        "mbarrier.wait(v_free.index(slot), phase ^ 1)",
-        "mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)",
-        "mbarrier.arrive(k_free.index(slot), count=1)",
-        "mbarrier.init(k_ready.index(i), count=1)",
-        "mbarrier.init(k_free.index(i), count=WARPGROUPS)",
+        "return self.count % self.STAGES",
+        "return (self.count // self.STAGES) & 1",
+        "mbarrier.wait(self.free.index(c.index()), c.phase() ^ 1)",
+        "mbarrier.wait(self.ready.index(c.index()), c.phase())",
+        "mbarrier.arrive(self.free.index(c.index()), count=1)",
+        "mbarrier.init(ready.index(i), count=producers)",
+        "mbarrier.init(free.index(i), count=consumers)",
     ):
-        assert line in source, f"gluon_attention.py no longer has `{line}`: update ring.py and this test"
+        assert line in source, f"hopper.py no longer has `{line}`: update ring.py and this test"
+    forward = " ".join(open(gluon_attention.__file__).read().split())
+    assert "Ring.alloc(K.dtype.element_ty, [BLOCK_N, D], swizzled(2), STAGES, WARPGROUPS)" in forward
 
 
 @pytest.mark.only_parts(5)
@@ -206,8 +208,9 @@ def test_step_figure_follows_the_kernel(part, tmp_path):
 
     source = open(gluon_attention.__file__).read()
     changed = tmp_path / "gluon_attention.py"
-    wait = "        s, acc = warpgroup_mma_wait(1"
-    changed.write_text(source.replace(wait, "        s = s * 2\n" + wait))
+    wait = "    s, acc = warpgroup_mma_wait(1"
+    assert wait in source
+    changed.write_text(source.replace(wait, "    s = s * 2\n" + wait))
     with pytest.raises(ValueError, match="does not know"):
         figures.step_order(changed)
 

@@ -65,7 +65,7 @@ def test_every_study_patch_applies_and_runs(n, name):
     from common import steps
 
     assert steps.variant(n, name) != parts.path(n).read_text(), "a patch that changes nothing"
-    module = parts.load_variant(n, name)
+    module = steps.load_variant(n, name)
     q, k, v, do = make_inputs(Shape((1, 2), 40, 33, 16), torch.float32, DEVICE, seed=3)
     for causal in (False, True):
         assert_report_ok(check_part(module, q, k, v, do, causal), f"{name} causal={causal}")

@@ -1,7 +1,7 @@
-"""Part 5's ladder (part5_profiling/steps/): the forward's and the backward's steps rebuild the
-shipped Gluon kernels exactly, each step is one idea of a readable size, every step compiles for
-Hopper on any machine and its binary holds what the step adds; on a Hopper GPU every step passes
-the correctness cases, each in a process of its own under a timeout."""
+"""Part 5's ladders (part5_profiling/steps/): the forward's and the backward's steps, then the model
+ladder's, rebuild the shipped files exactly; each lesson step is one idea of a readable size; every
+step compiles for Hopper on any machine and its binary holds what the step adds; on a Hopper GPU
+every step passes the correctness cases, each in a process of its own under a timeout."""
 
 import json
 import os
@@ -16,96 +16,136 @@ from tests.helpers import needs_hopper
 
 pytestmark = pytest.mark.only_parts(5)
 
-# a step's diff (removed and added lines) past the first, a whole new file; bwd7 (174) gives three
-# kernels their tensors' strides, a parameter a line
-MAX_CHANGED_LINES = 180
+# What a reader takes in at once: a forward step's patch (removed and added lines), a backward step's
+# (its products, barriers and buffers change together), a ladder's first step (a whole file).
+MAX_CHANGED_LINES = {"fwd": 150, "bwd": 250}
+MAX_FIRST_LINES = 250
+TEXT = dict(capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("ladder, target", [("fwd", "gluon_attention.py"), ("bwd", "gluon_backward.py")])
-def test_ladder_rebuilds_the_shipped_kernel(part, ladder, target):
+def changed(path):
+    return sum(1 for line in path.read_text().splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+@pytest.mark.parametrize("ladder", ["fwd", "bwd"])
+def test_lesson_steps_are_one_idea_each(part, ladder):
     texts = steps.sources(part, ladder)
-    assert texts[-1] == (parts.folder(part) / target).read_text(), "python -m common.steps --part 5 --refresh " + ladder
     assert texts[0] == "" and texts[1].startswith('"""'), "the first step is a whole file"
     assert len(set(texts)) == len(texts), "every step changes something"
-    for step, before, after in zip(steps.steps_of(part, ladder)[1:], texts[1:], texts[2:]):
-        changed = sum(1 for line in step.path.read_text().splitlines() if line[:1] in "+-" and line[:3] not in "+++---")
-        assert 0 < changed <= MAX_CHANGED_LINES, f"{step.name}: {changed} changed lines"
-        assert f"- {step.name}: " in after and f"- {step.name}: " not in before, (
-            f"{step.name}: its line in the docstring"
-        )
+    first, *rest = steps.steps_of(part, ladder)
+    assert len(texts[1].splitlines()) <= MAX_FIRST_LINES, f"{first.name}: {len(texts[1].splitlines())} lines"
+    for step, before, after in zip(rest, texts[1:], texts[2:]):
+        assert 0 < changed(step.path) <= MAX_CHANGED_LINES[ladder], f"{step.name}: {changed(step.path)} changed lines"
+        assert f"- {step.name}: " in after and f"- {step.name}: " not in before, f"{step.name}: its docstring line"
 
 
-def test_make_diff_shows_each_step_and_lists_them(part):
-    out = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5"], cwd=ROOT, capture_output=True, text=True)
-    assert "builds gluon_attention.py in 10 steps" in out.stdout and "builds gluon_backward.py in 9 steps" in out.stdout
+def test_the_ladders_rebuild_the_shipped_files(part):
+    """The lesson's files, taken by the model ladder's steps, are the shipped files byte for byte; each
+    model step adds its line to the docstring of a file it patches; its headers name the files."""
+    texts = steps.states(part)
+    for name, path in steps.shipped(part, steps.MODEL).items():
+        assert texts[-1][name] == path.read_text(), "python -m common.steps --part 5 --refresh"
+    assert texts[0]["flash_attention.py"] == parts.path(part - 1).read_text()
+    for step, before, after in zip(steps.steps_of(part, steps.MODEL), texts, texts[1:]):
+        touched = steps.split_patch(step.path.read_text())
+        assert touched and all(before[f] != after[f] for f in touched), step.name
+        assert any(f"- {step.name}: " in after[f] and f"- {step.name}: " not in before[f] for f in touched), step.name
+
+
+def test_make_diff_shows_the_routing_and_lists_the_ladders(part):
+    out = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5"], cwd=ROOT, **TEXT)
+    assert "builds gluon_attention.py in 7 steps" in out.stdout and "builds gluon_backward.py in 8 steps" in out.stdout
+    assert "then takes what a model needs in 7 steps" in out.stdout
+    body = out.stdout.split("\nPart 5 also adds")[0]
+    assert body.startswith("--- part4_backward/flash_attention.py\n+++ part5_profiling/flash_attention.py")
+    lines = [x for x in body.splitlines() if x[:1] in "+-" and x[:3] not in ("+++", "---")]
+    assert 0 < len(lines) <= 100 and any(x.startswith("+    if GLUON and gluon_attention.supported(Q):") for x in lines)
     first = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd1"], cwd=ROOT, **TEXT)
     assert first.stdout.startswith("--- /dev/null") and "+def programs(" in first.stdout
     step = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd7"], cwd=ROOT, **TEXT)
     ladder, at = steps.find(part, "fwd7")
-    assert step.stdout == ladder[at].path.read_text() and "+    def _my_turn(" in step.stdout
+    assert step.stdout == ladder[at].path.read_text() and "+class Turns:" in step.stdout
+    assert step.stdout.startswith("--- part5_profiling/gluon_attention.py (step fwd6: l2 order)")
     wrong = subprocess.run([sys.executable, "-m", "common.diff", "--part", "5", "--step", "fwd11"], cwd=ROOT, **TEXT)
     assert wrong.returncode == 2 and "its steps: fwd1" in wrong.stdout
 
 
-TEXT = dict(capture_output=True, text=True)
+def test_no_positional_state_in_the_gluon_files(part):
+    """Kernel state lives in @aggregate classes: no tuple of buffers or barriers indexed by position,
+    no barrier parity worked out by hand outside the Ring's and the Turns' methods."""
+    for name in ("gluon_attention.py", "gluon_backward.py", "hopper.py"):
+        text = (parts.folder(part) / name).read_text()
+        assert not re.search(r"\b(loads|buffers|sizes|exchange|work)\[\d\]", text), name
+        assert "// STAGES) & 1" not in text and "(it // " not in text, name
+        assert "// 8 * 8" not in text, f"{name}: divisibility is said with multiple_of"
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    """{(step, D): what its binary holds} for every step at D = 64 without a mask and D = 128 causal,
-    compiled for sm_90 in a fresh process with Triton's compiler on (tools/ladder.py --compile)."""
+    """{(step, kernel, D): what its binary holds} for every step's Gluon kernels (a model step's: those
+    it patches) at D = 64 without a mask and D = 128 causal, compiled for sm_90 in a fresh process
+    with Triton's compiler on (tools/ladder.py --compile)."""
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
     cmd = [sys.executable, "-m", "part5_profiling.tools.ladder", "--compile"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return {(r["step"], r["D"]): r for r in rows}
+    return {(r["step"], r["kernel"], r["D"]): r for r in rows}
+
+
+def same(a, b):
+    """Two compiled kernels alike in everything counted (their step's name apart)."""
+    return {k: v for k, v in a.items() if k != "step"} == {k: v for k, v in b.items() if k != "step"}
 
 
 def test_every_step_compiles_and_holds_its_idea(part, compiled):
-    c = compiled
-    assert len(c) == 2 * 19
-    for (name, _), r in c.items():
+    c = {(step, d): r for (step, kind, d), r in compiled.items() if step[:3] == kind}  # the lesson's
+    m = {key: r for key, r in compiled.items() if key[0].startswith("model")}
+    assert len(c) == 2 * (7 + 8) and {k[0] for k in m} == {"model2", "model3", "model4", "model5", "model6"}
+    for r in compiled.values():
         assert r["wgmma"] > 0 and r["smem"] <= 227 * 1024, r
-        assert r["partitions"] == (name != "fwd1"), r  # a loader warp from fwd2 on
+        assert r["partitions"] == (r["step"] not in ("fwd1", "bwd1")), r  # a loader warp from step 2 on
     for d in (64, 128):
-        # fwd1: one warpgroup, every product waited for; fwd2: the loader's partition and its ring
-        assert c["fwd1", d]["warps"] == 4 and list(c["fwd1", d]["wgmma_waits"]) == ["0"]
+        # fwd1, bwd1: one warpgroup, every product waited for; step 2: the loader's partition and rings
+        for first in ("fwd1", "bwd1"):
+            assert c[first, d]["warps"] == 4 and list(c[first, d]["wgmma_waits"]) == ["0"], first
         assert c["fwd2", d]["warps"] == 8 and c["fwd2", d]["barrier_waits"] > c["fwd1", d]["barrier_waits"]
-        # fwd3: S_j waited for while P_{j-1} V_{j-1} is still in flight
-        assert "1" in c["fwd3", d]["wgmma_waits"] and "1" not in c["fwd2", d]["wgmma_waits"]
-        # fwd4: two softmax warpgroups at D = 128, three at D = 64, and the loader
-        assert c["fwd4", d]["warps"] == 4 * (1 + {128: 2, 64: 3}[d])
-        # fwd5: the loader waits for Q's buffer to be free before the next query tile
-        assert c["fwd5", d]["barrier_waits"] > c["fwd4", d]["barrier_waits"]
-        # fwd6 and bwd6: GROUP, the order's sequences side by side, one more argument
+        assert c["bwd2", d]["warps"] == 8 and list(c["bwd2", d]["wgmma_waits"]) == ["0"]
+        # bwd1 reads the row statistics from global memory; from bwd2 they come by TMA with the tiles
+        assert c["bwd1", d]["global_loads"] > 0 and c["bwd2", d]["global_loads"] == 0
+        assert c["bwd2", d]["tma_loads"]["1"] > 0
+        # step 3: a product waited for while another is still in flight
+        for name in ("fwd3", "bwd3"):
+            assert set(c[name, d]["wgmma_waits"]) - {"0"}, name
+        # step 4: two softmax warpgroups at D = 128, three at D = 64, and the loader; the backward's two
+        assert c["fwd4", d]["warps"] == 4 * (1 + {128: 2, 64: 3}[d]) and c["bwd4", d]["warps"] == 12
+        # bwd4: dQ added by TMA, 64 x 64 blocks of a 3-D tensor; bwd5: 16 x 256 blocks in fragment order
+        assert c["bwd3", d]["tma_adds"]["3"] == 0 and c["bwd4", d]["tma_adds"]["3"] > 0
+        assert c["bwd5", d]["tma_adds"]["3"] == 0 and c["bwd5", d]["tma_adds"]["2"] == c["bwd4", d]["tma_adds"]["3"]
+        # fwd6 and bwd8: GROUP, the order's sequences side by side, one more argument
         assert c["fwd6", d]["params"] == c["fwd5", d]["params"] + 1
-        assert c["bwd6", d]["params"] == c["bwd5", d]["params"] + 1
-        # fwd8: grouped heads, one more argument (Q_PER_KV), the same products
-        assert c["fwd8", d]["params"] == c["fwd7", d]["params"] + 1 and c["fwd8", d]["wgmma"] == c["fwd7", d]["wgmma"]
-        # fwd9 and bwd7: heads read where they lie, every tile through a 4-D descriptor, the same products
-        for new, old in (("fwd9", "fwd8"), ("bwd7", "bwd6")):
-            assert c[new, d]["tma_loads"]["3"] == 0 and c[new, d]["tma_loads"]["4"] == c[old, d]["tma_loads"]["3"]
-            assert c[new, d]["wgmma"] == c[old, d]["wgmma"] and c[new, d]["params"] > c[old, d]["params"]
-        # bwd8: grouped heads read in place, one more argument (Q_PER_KV), the same products
-        assert c["bwd8", d]["params"] == c["bwd7", d]["params"] + 1 and c["bwd8", d]["wgmma"] == c["bwd7", d]["wgmma"]
-        # bwd9: the group's sum is a launch of its own after the kernel, whose binary is bwd8's
-        assert c["bwd9", d] | {"step": "bwd8"} == c["bwd8", d]
-        # fwd10: the configuration a short or causal call takes (compiled here: CONFIGS[d]'s, as fwd9's)
-        assert c["fwd10", d] | {"step": "fwd9"} == c["fwd9", d]
-        # bwd1: dQ added by TMA, the statistics loaded from global memory; bwd2: they come by TMA
-        assert c["bwd1", d]["tma_adds"]["3"] > 0 and c["bwd1", d]["global_loads"] > 0
-        assert c["bwd2", d]["global_loads"] == 0 and c["bwd2", d]["tma_loads"]["1"] > 0
-        # bwd3: the adds copy 16 x 256 blocks in fragment order, not rows of a 3-D tensor
-        assert c["bwd3", d]["tma_adds"]["3"] == 0 and c["bwd3", d]["tma_adds"]["2"] == c["bwd2", d]["tma_adds"]["3"]
-    # fwd7: at D = 64 each of three warpgroups waits for its turn at four places more, same products
+        assert c["bwd8", d]["params"] == c["bwd7", d]["params"] + 1
+        # model3: grouped heads, one more argument to each kernel (Q_PER_KV), the same products
+        for kind, before in (("fwd", c["fwd7", d]), ("bwd", m["model2", "bwd", d])):
+            assert m["model3", kind, d]["params"] == before["params"] + 1
+            assert m["model3", kind, d]["wgmma"] == before["wgmma"]
+        # model4: heads where they lie, every 3-D tile copy now 4-D, the same products
+        for kind in ("fwd", "bwd"):
+            new, old = m["model4", kind, d], m["model3", kind, d]
+            assert new["tma_loads"]["3"] == 0 and new["tma_loads"]["4"] == old["tma_loads"]["3"]
+            assert new["wgmma"] == old["wgmma"] and new["params"] > old["params"]
+        # model2 (the host path) and model6 (the group's sum, a launch of its own) leave the kernel as it was
+        assert same(m["model2", "bwd", d], c["bwd8", d]) and same(m["model6", "bwd", d], m["model4", "bwd", d])
+        # model5: the configuration of short and causal calls; compiled here with CONFIGS[d]'s, as model4's
+        assert same(m["model5", "fwd", d], m["model4", "fwd", d])
+    # fwd7: at D = 64 each of three warpgroups waits for its turn at four places more, the same products
     assert c["fwd7", 64]["barrier_waits"] == c["fwd6", 64]["barrier_waits"] + 4 * 3
-    assert c["fwd7", 64]["wgmma"] == c["fwd6", 64]["wgmma"] and c["fwd7", 128] | {"step": "fwd6"} == c["fwd6", 128]
-    # bwd4: the operand addresses worked out in the loop spill less at D = 128
-    assert c["bwd4", 128]["stack"] < c["bwd3", 128]["stack"]
-    # bwd5: at D = 64 the warpgroup whose turn it is multiplies both halves of dS; D = 128 unchanged
-    assert c["bwd5", 64]["wgmma"] > c["bwd4", 64]["wgmma"] and c["bwd5", 128] | {"step": "bwd4"} == c["bwd4", 128]
+    assert c["fwd7", 64]["wgmma"] == c["fwd6", 64]["wgmma"] and same(c["fwd7", 128], c["fwd6", 128])
+    # bwd6: the operand addresses worked out in the loop spill less at D = 128
+    assert c["bwd6", 128]["stack"] < c["bwd5", 128]["stack"]
+    # bwd7: at D = 64 the warpgroup whose turn it is multiplies both halves of dS; D = 128 unchanged
+    assert c["bwd7", 64]["wgmma"] > c["bwd6", 64]["wgmma"] and same(c["bwd7", 128], c["bwd6", 128])
 
 
 def test_persistent_step_launches_one_program_per_sm(part, monkeypatch):
@@ -114,7 +154,7 @@ def test_persistent_step_launches_one_program_per_sm(part, monkeypatch):
 
     sms = 132
     for name, expected in (("fwd4", 32 * 16384 // 128), ("fwd5", sms)):
-        module = ladder.load(name)
+        module = ladder.load(name, "fwd")
         if hasattr(module, "properties"):
             monkeypatch.setattr(module, "properties", lambda device: type("P", (), {"multi_processor_count": sms}))
         assert module.programs(16384, 32, 128, "cuda") == expected, name
@@ -135,12 +175,12 @@ def test_every_step_is_correct_on_hopper(part):
 
 
 def test_each_step_has_its_lesson_in_the_readme(part):
-    """Every step of both ladders has, in part 5's README, a heading of its own, its `make diff`
-    line, its generated measurement with its counter (the tensor pipe, the top stall) under that
-    heading, and its row in the progression table with its counter."""
+    """Every step of the three ladders has, in part 5's README, a heading of its own, its `make diff`
+    line, its generated measurement under that heading (a lesson step's with its counters: the
+    tensor pipe, the top stall) and its row in the progression table."""
     text = (parts.folder(part) / "README.md").read_text()
     headings = list(re.finditer(r"^#### (\w+): .+$", text, re.M))
-    for ladder in ("fwd", "bwd"):
+    for ladder in ("fwd", "bwd", steps.MODEL):
         for step in steps.steps_of(part, ladder):
             at = [i for i, h in enumerate(headings) if h[1] == step.name]
             assert len(at) == 1, f"{step.name}: no heading of its own"
@@ -150,6 +190,34 @@ def test_each_step_has_its_lesson_in_the_readme(part):
             section = text[headings[at[0]].end() : end]
             assert f"`make diff PART=5 STEP={step.name}`" in section, step.name
             measured = re.search(rf"<!-- results:part5-step-{step.name} -->\n(.*)\n<!-- /results", section)
-            assert measured and "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
+            assert measured and "not measured" not in measured[1], step.name
+            if ladder != steps.MODEL:
+                assert "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
             row = re.search(rf"^\| `{step.name}` \| .*$", text, re.M)
-            assert row and row[0].count("%") == 2, f"{step.name}: its row in the progression table, with its counter"
+            assert row, f"{step.name}: no row in the progression table"
+            if ladder != steps.MODEL:  # a number with its counter, or the step before's binary
+                assert "%" in row[0] or "= `" in row[0], f"{step.name}: its row without a measurement"
+
+
+def test_the_side_by_side_table_quotes_both_kernels(part):
+    """fwd1's table in the README sets part 4's inner loop beside fwd1's, line for line: every code span
+    of its left column is in part 4's flash_attention.py, of its right column in fwd1's file (a `...`
+    stands for text left out), so the table cannot drift from the code."""
+    text = (parts.folder(part) / "README.md").read_text()
+    table = re.search(r"^\| part 4, `_attn_fwd_inner` .*?\n\n", text, re.S | re.M)
+    assert table, "fwd1's side-by-side table"
+    sources = [
+        (parts.folder(4) / "flash_attention.py").read_text(),
+        (parts.folder(5) / "steps" / "fwd1_first_forward.py").read_text(),
+    ]
+    rows = [line for line in table[0].splitlines()[2:] if line.startswith("|")]
+    assert len(rows) >= 5
+    for line in rows:
+        cells = line.strip("|").split(" | ")
+        assert len(cells) == 2, line
+        for cell, source in zip(cells, sources):
+            spans = re.findall(r"`([^`]+)`", cell)
+            assert spans, line
+            for span in spans:
+                for piece in (p.strip() for p in span.split("...")):
+                    assert piece in source, f"{piece!r} ({line})"

@@ -78,3 +78,45 @@ def test_refresh_after_editing_the_target(fake_part):
     assert [s.name for s in steps.refresh(7, "fwd")] == ["fwd11"]
     assert steps.sources(7, "fwd")[-1] == texts[-1] + "an edit\n"
     assert steps.refresh(7, "fwd") == []  # nothing left to rewrite
+
+
+def test_a_model_ladder_takes_the_lessons_files_to_the_shipped_ones(fake_part, monkeypatch):
+    """After the lesson's ladders, a model ladder's steps patch several files (headers naming each):
+    it starts from the lessons' last texts and the part before's flash_attention.py, and ends at the
+    shipped files; refresh rewrites its last step after an edit, and the lesson's ladders, which no
+    longer end at a shipped file, point there."""
+    folder, texts = fake_part
+    before = folder.parent / "part6_before"
+    before.mkdir()
+    (before / "flash_attention.py").write_text("routing\n" * 3)
+    monkeypatch.setattr(parts, "folders", lambda: {6: before, 7: folder})
+    lesson = steps.lesson(7)
+    assert lesson == {
+        "flash_attention.py": "routing\n" * 3,
+        "gluon_attention.py": texts[-1],
+        "gluon_backward.py": "backward\n",
+    }
+    (folder / "steps" / "model1_route.diff").write_text("")
+    (folder / "steps" / "model2_both.diff").write_text("")
+    one = dict(lesson, **{"flash_attention.py": "routing\nto gluon\n" * 3})
+    two = dict(
+        one,
+        **{"gluon_attention.py": texts[-1] + "-- a line like a header\n", "gluon_backward.py": "backward, grouped\n"},
+    )
+    assert [s.name for s in steps.write(7, steps.MODEL, [lesson, one, two])] == ["model1", "model2"]
+    patch = (folder / "steps" / "model2_both.diff").read_text()
+    assert patch.startswith(
+        "--- part7_fake/gluon_attention.py (step model1: route)\n+++ part7_fake/gluon_attention.py (step model2: both)"
+    )
+    assert list(steps.split_patch(patch)) == ["gluon_attention.py", "gluon_backward.py"]
+    assert (folder / "steps" / "model1_route.diff").read_text().startswith("--- part6_before/flash_attention.py\n")
+    assert steps.states(7) == [lesson, one, two]
+    for name, text in two.items():
+        (folder / name).write_text(text)
+    (folder / "gluon_backward.py").write_text("backward, grouped, edited\n")
+    assert [s.name for s in steps.refresh(7)] == ["model2"]  # the model ladder ends at the shipped files
+    assert steps.states(7)[-1]["gluon_backward.py"] == "backward, grouped, edited\n"
+    with pytest.raises(ValueError, match="ends where its model ladder starts"):
+        steps.refresh(7, "fwd")
+    with pytest.raises(ValueError, match="patches several files"):
+        steps.sources(7, steps.MODEL)

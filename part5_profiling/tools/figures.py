@@ -25,23 +25,18 @@ N_TILES = 6  # key tiles in the ring's picture
 # _softmax_step's statements, recognised by a fragment of their source: (kind, what it does, the
 # name of its bar in the timeline). {j} is the step's key tile, {p} the one before it.
 STATEMENTS = [
-    (" = state", None),  # unpacking what the step is given
-    (" = tile", None),
-    (" = buffers", None),
-    ("k_ring.type.shape", None),
-    ("it += j", None),
-    ("slot = it % STAGES", None),
-    ("prev = (it - 1) % STAGES", None),
-    ("mbarrier.wait(k_ready", ("wait", "wait k_ready[slot]: K_{j} has landed", None)),
-    ("_my_turn(", ("wait", "wait turn[WG]: the warpgroup before has issued its products", None)),
-    ("_pass_turn(", ("arrive", "arrive turn[(WG + 1) % WARPGROUPS]: the next warpgroup's turn", None)),
-    ("warpgroup_mma(q, k_ring", ("mma", "issue S_{j} = Q K_{j}^T (async)", "S_{j}")),
-    ("mbarrier.wait(v_ready", ("wait", "wait v_ready[prev]: V_{p} has landed", None)),
-    ("warpgroup_mma(p_prev, v_ring", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),
+    ("vc = kc.next(", None),  # V_{j-1}'s ring position
+    ("s0 = gl.zeros(", None),
+    ("smem.k.wait(", ("wait", "wait k.ready: K_{j} has landed", None)),
+    ("smem.turns.take(", ("wait", "wait turns[WG]: the warpgroup before has issued its products", None)),
+    ("smem.turns.pass_on(", ("arrive", "arrive turns[WG + 1]: the next warpgroup's turn", None)),
+    ("warpgroup_mma(q, k_buf", ("mma", "issue S_{j} = Q K_{j}^T (async)", "S_{j}")),
+    ("smem.v.wait(", ("wait", "wait v.ready: V_{p} has landed", None)),
+    ("warpgroup_mma(p_prev, v_buf", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),
     ("warpgroup_mma_wait(", ("mma_wait", "wait_{n}", None)),  # worded by its count n, in WAITS
-    ("mbarrier.arrive(k_free", ("arrive", "arrive k_free[slot]: K_{j} released", None)),
+    ("smem.k.release(", ("arrive", "arrive k.free: K_{j} released", None)),
     ("_online_softmax(", ("softmax", "softmax of S_{j}: m, P_{j}, l, alpha", "softmax(S_{j})")),
-    ("mbarrier.arrive(v_free", ("arrive", "arrive v_free[prev]: V_{p} released", None)),
+    ("smem.v.release(", ("arrive", "arrive v.free: V_{p} released", None)),
     ("acc = acc *", ("rescale", "O *= alpha", "x alpha")),
     ("p_prev = ", ("convert", "P_{j} to 16 bits, for the next step", "")),
     ("return ", None),
@@ -74,17 +69,17 @@ def step_order(path=None):
 
 
 def _as_configured(body):
-    """The statements of body as the drawn configuration runs them: an `if PINGPONG:` (or `if not
-    PINGPONG:`) block by CONFIGS[D]["PINGPONG"], and the turn-taking calls only with PINGPONG on
-    (they do nothing without it)."""
+    """The statements of body as the drawn configuration runs them: an `if smem.turns.ON:` (or `if not
+    smem.turns.ON:`) block by CONFIGS[D]["PINGPONG"], and the turn-taking calls only with ping-pong
+    on (they do nothing without it)."""
     for stmt in body:
         test = ast.unparse(stmt.test) if isinstance(stmt, ast.If) else ""
-        if "PINGPONG" in test:
-            if test not in ("PINGPONG", "not PINGPONG"):
-                raise ValueError(f"_softmax_step tests PINGPONG in a way the figure does not know: {test}")
-            wanted = PINGPONG if test == "PINGPONG" else not PINGPONG
+        if "turns.ON" in test:
+            if test not in ("smem.turns.ON", "not smem.turns.ON"):
+                raise ValueError(f"_softmax_step tests ping-pong in a way the figure does not know: {test}")
+            wanted = PINGPONG if test == "smem.turns.ON" else not PINGPONG
             yield from _as_configured(stmt.body if wanted else stmt.orelse)
-        elif PINGPONG or not any(f in ast.unparse(stmt) for f in ("_my_turn(", "_pass_turn(")):
+        elif PINGPONG or not any(f in ast.unparse(stmt) for f in ("turns.take(", "turns.pass_on(")):
             yield stmt
 
 
@@ -170,7 +165,7 @@ def _roles_panel(ax):
     loader = (
         "loader: 1 warp\n(24 registers a thread)\n\n"
         "per query tile: Q, once the\nwarpgroups release the last one\n\n"
-        "per key tile j, slot s = j % STAGES:\n wait k_free[s], then TMA K_j -> s\n wait v_free[s], then TMA V_j -> s"
+        "per key tile j, slot s = j % STAGES:\n k.fill: wait k.free[s], TMA K_j -> s\n v.fill: wait v.free[s], TMA V_j -> s"
     )
     _box(ax, 0.1, 1.7, 3.1, 3.6, loader, "#e8e8e8", fontsize=8.5)
     slot_h = 5.6 / STAGES
@@ -181,7 +176,7 @@ def _roles_panel(ax):
         _box(ax, 4.3, y + 1.05, 1.35, slot_h - 1.75, f"K\n{BLOCK_N} x {D}", "#cfdcf0")
         _box(ax, 5.95, y + 1.05, 1.35, slot_h - 1.75, f"V\n{BLOCK_N} x {D}", "#f6dcc8")
         ax.text(4.15, y + 0.6, f"k/v_ready[{s}]: 1 arrival (the copy's bytes)", fontsize=7.5, color=BLUE)
-        ax.text(4.15, y + 0.2, f"k/v_free[{s}]: {WARPGROUPS} arrivals (one per warpgroup)", fontsize=7.5, color=ORANGE)
+        ax.text(4.15, y + 0.2, f"k/v.free[{s}]: {WARPGROUPS} arrivals (one per warpgroup)", fontsize=7.5, color=ORANGE)
     ax.text(5.8, 6.55, f"shared memory: Q ({WARPGROUPS} x {ROWS} rows), and a ring of", ha="center", fontsize=9)
     ax.text(5.8, 6.2, f"STAGES = {STAGES} K/V buffers, each with a ready and a free mbarrier", ha="center", fontsize=9)
     wg_h = 5.6 / WARPGROUPS
@@ -189,7 +184,7 @@ def _roles_panel(ax):
         y = 0.4 + (WARPGROUPS - 1 - w) * wg_h
         text = (
             f"softmax warpgroup {w}: 4 warps\nquery rows {w * ROWS}-{(w + 1) * ROWS - 1} of the tile\n\n"
-            "per key tile: wgmma S = Q K^T,\nexp2 on its own rows,\nwgmma O += P V;\narrive on k_free, v_free"
+            "per key tile: wgmma S = Q K^T,\nexp2 on its own rows,\nwgmma O += P V;\nk.release, v.release (free)"
         )
         _box(ax, 8.7, y + 0.15, 3.2, wg_h - 0.45, text, "#d9ecd9", fontsize=8.5)
         _arrow(ax, (7.6, 3.2), (8.7, y + wg_h / 2), GREEN)

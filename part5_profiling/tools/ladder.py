@@ -1,9 +1,13 @@
-"""Part 5's ladder on a Hopper GPU: every step of the forward and of the backward (steps/,
-common/steps.py) checked, timed and profiled, beside part 4 and SDPA's cuDNN backend.
+"""Part 5's ladders on a Hopper GPU: every step of the forward, of the backward and of the model
+ladder (steps/, common/steps.py) checked, timed and profiled, beside part 4 and SDPA's cuDNN backend.
+A lesson step's kernel is its Gluon file; a model step's, each Gluon file it patches (model1 and
+model7 patch flash_attention.py alone: no kernel to time; model5 changes the forward of short and
+causal D = 64 calls only).
 
     python -m part5_profiling.tools.ladder                # results/<gpu>/part5_ladder.csv
     python -m part5_profiling.tools.ladder --no-ncu       # without the hardware counters
     python -m part5_profiling.tools.ladder --step fwd3    # some steps only (repeatable)
+    python -m part5_profiling.tools.ladder --table-shapes # the README's shapes only: a quarter less time
     TRITON_INTERPRET=0 python -m part5_profiling.tools.ladder --compile --save   # any machine: part5_ladder_compiled.csv
 
 --compile needs no GPU: Triton's compiler and ptxas compile every step for sm_90 on the CPU, and it
@@ -16,11 +20,11 @@ wrong phase hangs rather than fails, and a hang is recorded as the step's check 
 on. Three phases:
 
 1. check (the steps side by side, one process each): each step against the float64 reference on
-   CASES, bf16 and fp16, causal and not. A forward step's O and L; a backward step's dQ, dK and
+   CASES, bf16 and fp16, causal and not. A forward kernel's O and L; a backward kernel's dQ, dK and
    dV from part 5's own forward.
 2. time (one process, the steps in turn; restarted past a step that hangs): N = 4096, B = 4, H = 8,
    bf16, D = 64 and 128, causal and not, checked on the very inputs (first and last head), then
-   timed by CUDA-graph replay. A forward step: the forward. A backward step: the backward alone,
+   timed by CUDA-graph replay. A forward kernel: the forward. A backward kernel: the backward alone,
    and part 5's forward followed by it. Part 4 and SDPA cuDNN are timed the same way.
 3. profile: ncu, once over every step that passed, the main kernel of each step at each shape:
    the tensor pipe's active share and the two top stall reasons (warps stalled per instruction
@@ -51,6 +55,8 @@ from part5_profiling.tools.profile import STALL, ncu_available_metrics, ncu_numb
 
 B, H, N = 4, 8, 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
+# The README's shapes (its columns, and model5's D = 64 causal): --table-shapes times these alone
+TABLE_SHAPES = [(64, False), (64, True), (128, True)]
 CHECK_TIMEOUT = 300  # seconds for one step's compiles and cases
 TIME_TIMEOUT = 120  # seconds without a row from the timing process: a hang
 # The correctness suite's cases at the head dims part 5's Gluon kernels take: friendly and ragged
@@ -80,8 +86,13 @@ TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_a
 
 
 def every_step():
-    """[(ladder, Step)] of part 5, the forward's first."""
+    """[(ladder, Step)] of part 5: the forward's, the backward's, then the model ladder's."""
     return [(ladder, step) for ladder, found in steps.ladders(parts.folder(5)).items() for step in found]
+
+
+def shapes():
+    """The shapes timed and profiled: SHAPES, or with --table-shapes ($LADDER_SHAPES) the README's two."""
+    return TABLE_SHAPES if os.environ.get("LADDER_SHAPES") == "table" else SHAPES
 
 
 def extras():
@@ -91,13 +102,29 @@ def extras():
     return dict(item.split("=", 1) for item in os.environ.get("LADDER_EXTRA", "").split(",") if item)
 
 
+KERNEL_FILES = {"fwd": steps.TARGETS["fwd"], "bwd": steps.TARGETS["bwd"]}
+
+
 @functools.cache
-def load(name):
-    """Step `name` ("fwd3") of part 5, or an extra kernel file, as a module of its own."""
+def kernels(name):
+    """{"fwd" and/or "bwd": the text of that Gluon file} that step `name` gives and changes: a forward
+    step's forward, a backward step's backward, a model step's patched Gluon files (none: empty)."""
     if name in extras():
-        return parts.load_source(f"part5_extra_{name}", (ROOT / extras()[name]).read_text())
+        return {name[:3]: (ROOT / extras()[name]).read_text()}
     ladder, i = steps.find(5, name)
-    return parts.load_source(f"part5_step_{name}", steps.sources(5, ladder[0].ladder)[i + 1])
+    if ladder[0].ladder != steps.MODEL:
+        return {ladder[0].ladder: steps.sources(5, ladder[0].ladder)[i + 1]}
+    before, after = steps.states(5)[i : i + 2]
+    return {kind: after[f] for kind, f in KERNEL_FILES.items() if after[f] != before[f]}
+
+
+@functools.cache
+def load(name, kind=None):
+    """Step `name`'s forward (kind "fwd") or backward ("bwd") kernel file as a module of its own (kind
+    None: the step's one kernel file), or an extra kernel file's."""
+    found = kernels(name)
+    kind = kind or next(iter(found))
+    return parts.load_source(f"part5_step_{name}_{kind}", found[kind])
 
 
 def sequences(*tensors):
@@ -131,24 +158,28 @@ def backward_of(module):
 def check_step(name):
     """Every case of CASES, bf16 and fp16, causal and not: "ok: n cases", or how many failed and the first."""
     runtime.set_triton_allocator()  # the kernels make their TMA descriptors in global scratch memory
-    module, part5 = load(name), parts.load(5)
+    part5 = parts.load(5)
     failures, done = [], 0
-    for i, shape in enumerate(CASES):
-        for dtype in (torch.bfloat16, torch.float16):
-            for causal in (False, True):
-                scale = STRESS_SCALE if shape is STRESS else 1.0
-                q, k, v, do = make_inputs(shape, dtype, runtime.DEVICE, seed=i, scale=scale)
-                if name.startswith("fwd"):
-                    o, lse = forward_of(module)(q, k, v, causal)
-                    out = {"O": o, "L": lse}
-                else:
-                    o, lse = part5.flash_forward(q, k, v, causal)
-                    dq, dk, dv = backward_of(module)(q, k, v, o, lse, do, causal)
-                    out = {"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}
-                report = check_outputs(out, q, k, v, do, causal)
-                done += 1
-                if not report.ok:
-                    failures.append(f"{shape} {str(dtype)[6:]} causal={causal:d}: {verdict(report)}")
+    for kind in kernels(name):
+        module = load(name, kind)
+        for i, shape in enumerate(CASES):
+            for dtype in (torch.bfloat16, torch.float16):
+                for causal in (False, True):
+                    scale = STRESS_SCALE if shape is STRESS else 1.0
+                    q, k, v, do = make_inputs(shape, dtype, runtime.DEVICE, seed=i, scale=scale)
+                    if kind == "fwd":
+                        o, lse = forward_of(module)(q, k, v, causal)
+                        out = {"O": o, "L": lse}
+                    else:
+                        o, lse = part5.flash_forward(q, k, v, causal)
+                        dq, dk, dv = backward_of(module)(q, k, v, o, lse, do, causal)
+                        out = {"O": o, "L": lse, "dQ": dq, "dK": dk, "dV": dv}
+                    report = check_outputs(out, q, k, v, do, causal)
+                    done += 1
+                    if not report.ok:
+                        failures.append(f"{kind} {shape} {str(dtype)[6:]} causal={causal:d}: {verdict(report)}")
+    if not done:
+        return "ok: no kernel changed"
     return f"ok: {done} cases" if not failures else f"FAIL {len(failures)} of {done}: {failures[0]}"
 
 
@@ -198,18 +229,20 @@ def calls(name, d, causal):
     if name == "part4":
         impl = impls.part_impl(4)
         return {mode: timed_call(impl, mode, q, k, v, do, causal) for mode in ("fwd", "bwd", "fwd+bwd")}
-    module = load(name)
-    if name.startswith("fwd"):
-        forward = functools.partial(forward_of(module), q, k, v, causal)
-        return {"fwd": forward}
-    backward = backward_of(module)
-    o, lse = part5.flash_forward(q, k, v, causal)
-
-    def both():
+    found = {}
+    if "fwd" in kernels(name):
+        found["fwd"] = functools.partial(forward_of(load(name, "fwd")), q, k, v, causal)
+    if "bwd" in kernels(name):
+        backward = backward_of(load(name, "bwd"))
         o, lse = part5.flash_forward(q, k, v, causal)
-        return backward(q, k, v, o, lse, do, causal)
 
-    return {"bwd": functools.partial(backward, q, k, v, o, lse, do, causal), "fwd+bwd": both}
+        def both():
+            o, lse = part5.flash_forward(q, k, v, causal)
+            return backward(q, k, v, o, lse, do, causal)
+
+        found.update(bwd=functools.partial(backward, q, k, v, o, lse, do, causal), both=both)
+        found["fwd+bwd"] = found.pop("both")
+    return found
 
 
 def checked(name, mode, d, causal, fn):
@@ -228,7 +261,7 @@ def checked(name, mode, d, causal, fn):
 def time_step(name):
     """Rows of one step (or part4, or sdpa_cudnn) at every shape, printed as JSON lines as they come."""
     runtime.set_triton_allocator()
-    for d, causal in SHAPES:
+    for d, causal in shapes():
         if name == "sdpa_cudnn":
             cudnn = impls.sdpa_impl("cudnn")
             with impls.sdpa_context("cudnn"):
@@ -269,7 +302,7 @@ def profile_child(names):
     runtime.set_triton_allocator()
     launches = []
     for name in names:
-        for d, causal in SHAPES:
+        for d, causal in shapes():
             for mode, fn in calls(name, d, causal).items():
                 if mode != "fwd+bwd":
                     fn(), fn()
@@ -283,13 +316,13 @@ def profile_child(names):
 
 
 def profile_all(names):
-    """{(step, D, causal): counters} from one ncu run over the main kernel of every step and shape."""
+    """{(step, mode, D, causal): counters} from one ncu run over the main kernels of every step and shape."""
     ncu = shutil.which("ncu")
     if ncu is None or not names:
         return {}, "ncu is not on the PATH" if ncu is None else ""
     known = ncu_available_metrics(ncu)
     stalls = sorted(f"{m}.ratio" for m in known if STALL.fullmatch(m))
-    order = [(name, d, causal) for name in names for d, causal in SHAPES]
+    order = [(name, kind, d, causal) for name in names for d, causal in shapes() for kind in kernels(name)]
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--kernel-name"]
     cmd += ["regex:_attn_(fwd|bwd)_gluon", "--launch-count", str(len(order)), "--csv", "--page", "raw"]
     cmd += ["--metrics", ",".join([TENSOR_PIPE, *stalls]), sys.executable, "-m", "part5_profiling.tools.ladder"]
@@ -314,16 +347,17 @@ def profile_all(names):
 
 # ------------------------------------------------------------------------------------ compile
 COMPILED_SHAPES = [(64, False), (128, True)]
-COMPILED_FIELDS = ["step", "D", "causal", "partitions", "warps", "smem", "params", "wgmma", "wgmma_waits"]
+COMPILED_FIELDS = ["step", "kernel", "D", "causal", "partitions", "warps", "smem", "params", "wgmma", "wgmma_waits"]
 COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_adds", "global_loads", "registers", "stack", *results.PROVENANCE]
 TYPES = dict.fromkeys(("Q", "K", "V", "O", "DO", "DK", "DV"), "*bf16") | {"scale": "fp32"}
 TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
 
 
-def compiled_facts(name, d, causal):
-    """Step `name`'s main kernel compiled for sm_90 at this D and mask: what the binary holds."""
-    module = load(name)
-    fn = module._attn_fwd_gluon if name.startswith("fwd") else module._attn_bwd_gluon
+def compiled_facts(name, kind, d, causal):
+    """Step `name`'s main kernel of `kind` ("fwd", "bwd") compiled for sm_90 at this D and mask: what the
+    binary holds."""
+    module = load(name, kind)
+    fn = module._attn_fwd_gluon if kind == "fwd" else module._attn_bwd_gluon
     meta = module.constexprs(d, causal)
     signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
     kernel = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
@@ -331,6 +365,7 @@ def compiled_facts(name, d, causal):
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     return dict(
         step=name,
+        kernel=kind,
         D=d,
         causal=causal,
         partitions=int("ttg.warp_specialize" in kernel.asm["ttgir"]),
@@ -355,18 +390,18 @@ def run(names, use_ncu, save=None):
     checks = check_all(names)
     for name, check in checks.items():
         print(f"{name:<5} {labels[name]:<22} {check[:100]}", flush=True)
-    passed = [n for n in names if checks[n].startswith("ok")]
+    passed = [n for n in names if checks[n].startswith("ok") and kernels(n)]
     rows = [dict(r, label=labels.get(r["step"], r["step"])) for r in time_all(["part4", "sdpa_cudnn", *passed])]
     rows += [dict(step=n, label=labels[n], mode="", check=c) for n, c in checks.items() if n not in passed]
     cudnn = {(r["mode"], r["D"], r["causal"]): r["graph_ms"] for r in rows if r["step"] == "sdpa_cudnn"}
-    counters, why = profile_all([n for n in passed if n not in extras()]) if use_ncu else ({}, "")
+    counters, why = profile_all([n for n in passed if n not in extras() and kernels(n)]) if use_ncu else ({}, "")
     for row in rows:
         row.update(B=B, H=H, N=N, dtype="bf16", **meta)
         base = cudnn.get((row["mode"], row["D"], row["causal"]))
         if base and row.get("graph_ms"):
             row["vs_cudnn"] = f"{float(base) / float(row['graph_ms']):.3f}"
         if row["mode"] != "fwd+bwd":
-            row.update(counters.get((row["step"], row["D"], bool(row["causal"])), {}))
+            row.update(counters.get((row["step"], row["mode"], row["D"], bool(row["causal"])), {}))
     if why:
         print(f"no counters: {why}")
     for row in rows:
@@ -384,12 +419,14 @@ def add_counters(names):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     timed = [
-        n for n in names if n not in extras() and any(r["step"] == n and r["check"].startswith("ok") for r in rows)
+        n
+        for n in names
+        if n not in extras() and kernels(n) and any(r["step"] == n and r["check"].startswith("ok") for r in rows)
     ]
     counters, why = profile_all(timed)
     for row in rows:
         if row["mode"] in ("fwd", "bwd") and row["D"]:
-            row.update(counters.get((row["step"], int(row["D"]), row["causal"] == "1"), {}))
+            row.update(counters.get((row["step"], row["mode"], int(row["D"]), row["causal"] == "1"), {}))
     results.write_csv(path, rows, FIELDS)
     print(f"counters of {len(counters)} step shapes into {results.shown(path)}" + (f"; none: {why}" if why else ""))
     return 0 if counters else 1
@@ -397,10 +434,11 @@ def add_counters(names):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... bwd9")
+    ap.add_argument("--step", action="append", help="only this step (repeatable): fwd1 ... model7")
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--counters-only", action="store_true", help="profile the steps already timed in the CSV")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE", help="time a kernel file too")
+    ap.add_argument("--table-shapes", action="store_true", help="time the README's shapes only (not D = 128 alone)")
     ap.add_argument("--compile", action="store_true", help="compile every step for sm_90 (any machine)")
     ap.add_argument("--save", action="store_true", help="with --compile: write part5_ladder_compiled.csv")
     ap.add_argument("--child-check", help=argparse.SUPPRESS)
@@ -419,6 +457,8 @@ def main(argv=None):
         profile_child(args.child_profile)
         return 0
     os.environ["LADDER_EXTRA"] = ",".join(args.extra)
+    if args.table_shapes:
+        os.environ["LADDER_SHAPES"] = "table"
     names = [s.name for _, s in every_step()] + list(extras())
     unknown = sorted(set(args.step or ()) - set(names))
     if unknown:
@@ -430,9 +470,10 @@ def main(argv=None):
             return 2
         facts = []
         for name in [n for n in names if n not in extras() and n in (args.step or names)]:
-            for d, causal in COMPILED_SHAPES:
-                facts.append(compiled_facts(name, d, causal))
-                print(json.dumps(facts[-1]), flush=True)
+            for kind in kernels(name):
+                for d, causal in COMPILED_SHAPES:
+                    facts.append(compiled_facts(name, kind, d, causal))
+                    print(json.dumps(facts[-1]), flush=True)
         if not args.save:
             return 0
         # sm_90 is the H200's architecture, whichever machine compiles: its results folder
@@ -442,7 +483,9 @@ def main(argv=None):
             for f in facts
         ]
         meta = results.provenance() | {"gpu": "sm_90, compiled on this machine"}
-        results.write_csv(path, [dict(f, **meta) for f in flat], COMPILED_FIELDS, key=("step", "D", "causal"))
+        gone = lambda r: r.get("step") not in names or not r.get("kernel")  # noqa: E731  rows of old ladders
+        rows = [dict(f, **meta) for f in flat]
+        results.write_csv(path, rows, COMPILED_FIELDS, key=("step", "kernel", "D", "causal"), drop=gone)
         return 0
     from part5_profiling import gluon_attention
 

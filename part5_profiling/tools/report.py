@@ -43,9 +43,10 @@ def _timed(row, ratio="speedup"):
 
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
-LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table; the log's shows all four
-STEP_SHAPES = {"fwd10": [(64, 0), (64, 1)]}  # a step whose change is at other shapes: its line shows those
-STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... bwd9, ...
+LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table (and the shapes the ladder is compiled at)
+STEP_SHAPES = {"model5": [(64, 0), (64, 1)]}  # a step whose change is at other shapes: its line shows those
+STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... model7
+NAMES = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
 
 
 def _ladder(gpu_dir):
@@ -77,59 +78,120 @@ def _part4_counters(gpu_dir):
     return found
 
 
+def _compiled(gpu_dir):
+    """{(step, kernel, D, causal): the binary's counted facts, without the step's name} (the ladder
+    compiled for sm_90: part5_ladder_compiled.csv)."""
+    path = gpu_dir.parent / "h200" / "part5_ladder_compiled.csv"  # sm_90, whichever machine compiled it
+    skip = {"step", "kernel", "D", "causal", "gpu", "torch", "triton", "commit", "date"}
+    return {
+        (r["step"], r["kernel"], r["D"], int(r["causal"] == "True")): {k: v for k, v in r.items() if k not in skip}
+        for r in (read_csv(path) if path.exists() else [])
+    }
+
+
+def _before(name, kind):
+    """The step whose kernel of `kind` step `name` changes: the one before it in its ladder (part 4
+    before a lesson ladder's first), or for a model step the last step that changed that kernel."""
+    order = [s.name for s in steps.steps_of(5, kind)]
+    if name in order:
+        return order[order.index(name) - 1] if order.index(name) else "part4"
+    before = order[-1]
+    for step in steps.steps_of(5, steps.MODEL):
+        if step.name == name:
+            return before
+        if (parts.folder(5) / "steps" / step.path.name).exists() and steps.TARGETS[kind] in steps.split_patch(
+            step.path.read_text()
+        ):
+            before = step.name
+    return before
+
+
+def _same_binary(compiled, name, kind, d, c):
+    """The step before whose binary step `name`'s is (none: it changed)."""
+    before = _before(name, kind)
+    mine, theirs = compiled.get((name, kind, d, c)), compiled.get((before, kind, d, c))
+    return before if mine is not None and mine == theirs else None
+
+
+def _kinds(rows, name):
+    return [kind for kind in ("fwd", "bwd") if any(r["step"] == name and r["mode"] == kind for r in rows)]
+
+
 def table_ladder(gpu_dir):
-    """The lesson's progression: each step's pass at two shapes with its share of cuDNN's speed, the
-    tensor pipe's active share and the top stall (part 4's from the profile of every part)."""
+    """The lesson's progression, then the model ladder's: each step's pass at two shapes with its share
+    of cuDNN's speed (or, where its binary is the step before's, that step's name), the tensor pipe's
+    active share and the top stall (part 4's from the profile of every part)."""
     rows, index = _ladder(gpu_dir)
-    part4, names, body = _part4_counters(gpu_dir), {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}, []
-    for ladder in ("fwd", "bwd"):
-        for step in ["part4", *_steps(rows, ladder), "sdpa_cudnn"]:
-            label = names.get(step) or next(r["label"] for r in rows if r["step"] == step)
-            line = ["" if step in names else f"`{step}`", label, ladder]
-            for d, c in LADDER_SHAPES:
-                row = index.get((step, ladder, d, c))
-                pipe = part4.get((ladder, d, c), (None,))[0] if step == "part4" else (row or {}).get("tensor_pipe_pct")
-                line += [_ladder_cell(row), "-" if pipe is None else f"{pipe:.0f}%"]
-            row = index.get((step, ladder, 128, 1)) or {}
-            stall = f"{row['stall_1']} {row['stall_1_value']:.1f}" if row.get("stall_1") else "-"
-            body.append([*line, part4.get((ladder, 128, 1), (None, "-"))[1] if step == "part4" else stall])
+    part4, compiled, body = _part4_counters(gpu_dir), _compiled(gpu_dir), []
+    for ladder in ("fwd", "bwd", steps.MODEL):
+        order = ["part4", *_steps(rows, ladder), "sdpa_cudnn"] if ladder != steps.MODEL else _steps(rows, ladder)
+        for step in order:
+            label = NAMES.get(step) or next(r["label"] for r in rows if r["step"] == step)
+            kinds = [ladder] if ladder != steps.MODEL else _kinds(rows, step) or ["-"]
+            for kind in kinds:
+                line = ["" if step in NAMES else f"`{step}`", label, kind]
+                for d, c in LADDER_SHAPES:
+                    row = index.get((step, kind, d, c))
+                    same = _same_binary(compiled, step, kind, d, c) if step not in NAMES else None
+                    pipe = (
+                        part4.get((kind, d, c), (None,))[0] if step == "part4" else (row or {}).get("tensor_pipe_pct")
+                    )
+                    if kind == "-":
+                        line += ["flash_attention.py only", ""]
+                    elif same:
+                        line += [f"= `{same}`", ""]
+                    else:
+                        line += [_ladder_cell(row), "-" if pipe is None else f"{pipe:.0f}%"]
+                row = index.get((step, kind, 128, 1)) or {}
+                stall = f"{row['stall_1']} {row['stall_1_value']:.1f}" if row.get("stall_1") else "-"
+                body.append([*line, part4.get((kind, 128, 1), (None, "-"))[1] if step == "part4" else stall])
     header = ["step", "what it adds", "pass", *(x for d, c in LADDER_SHAPES for x in (_shape(d, c), "tensor pipe"))]
     caption = (
-        "N = 4096, B=4, H=8, bf16, CUDA-graph replay, checked first: TFLOP/s (the backward counts 2.5 times the "
-        "forward's FLOPs) and, in brackets, speed over SDPA cuDNN's; ncu's tensor-pipe share and top stall at "
-        "D = 128 causal (warps stalled per instruction issued); part 4's from the profile of every part:"
+        "N = 4096, B=4, H=8, bf16, CUDA-graph replay, checked first: TFLOP/s and, in brackets, speed over SDPA "
+        "cuDNN's; `= step`: the same binary as that step's; ncu's tensor-pipe share, and the top stall at D = 128 "
+        "causal (warps stalled per instruction issued). A model step's rows: the Gluon kernels it patches:"
     )
     return _table(rows, LADDER, caption, [*header, "top stall"], body, "lll" + "rr" * len(LADDER_SHAPES) + "l")
 
 
 def step_line(name):
-    """The README's line under step `name`: its pass's TFLOP/s at the two shapes (LADDER_SHAPES, or
-    STEP_SHAPES[name]) with the change on the step before (part 4 before the first), the tensor pipe
-    at each, the top stall at the second."""
-    ladder, shapes = name.rstrip("0123456789"), STEP_SHAPES.get(name, LADDER_SHAPES)
+    """The README's line under step `name`: its kernel's TFLOP/s at the two shapes (LADDER_SHAPES, or
+    STEP_SHAPES[name]) with the change on the step before (part 4 before the first), or that the
+    binary is the step before's; the tensor pipe and the top stall at the second shape."""
+    shapes = STEP_SHAPES.get(name, LADDER_SHAPES)
 
     def line(gpu_dir):
         rows, index = _ladder(gpu_dir)
-        order = ["part4", *_steps(rows, ladder)]
-        if name not in order:
-            return f"_{name}: not measured._"
-        before = order[order.index(name) - 1]
-        found = [(index.get((name, ladder, d, c)), index.get((before, ladder, d, c))) for d, c in shapes]
-        if not all(row and row.get("graph_tflops") for row, _ in found):
-            return f"_{name}: not measured._"
-        cells = []
-        for (d, c), (row, prev) in zip(shapes, found):
-            change = row["graph_tflops"] / prev["graph_tflops"] - 1
-            change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
-            unit = "" if cells else " TFLOP/s"
-            cells.append(f"{row['graph_tflops']:.0f}{unit} at {_shape(d, c)} ({change})")
-        measured = f"_Measured on {before.replace('part4', 'part 4')}: {', '.join(cells)}"
-        if not all(row.get("tensor_pipe_pct") is not None for row, _ in found):  # timed without ncu
-            return measured + "; no counters (`--no-ncu`)._"
-        pipes = " / ".join(f"{row['tensor_pipe_pct']:.0f}%" for row, _ in found)
-        row = found[-1][0]
-        stall = f"{row['stall_1']} {row['stall_1_value']:.1f}"
-        return f"{measured}; tensor pipe {pipes}; top stall {stall}._"
+        compiled = _compiled(gpu_dir)
+        kinds = _kinds(rows, name)
+        if not kinds:
+            done = any(r["step"] == name and r["check"].startswith("ok") for r in rows)
+            return "_No kernel changes: flash_attention.py only._" if done else f"_{name}: not measured._"
+        parts_ = []
+        for kind in kinds:
+            before = _before(name, kind)
+            cells, last = [], None
+            for d, c in shapes:
+                row, prev = index.get((name, kind, d, c)), index.get((before, kind, d, c))
+                same = _same_binary(compiled, name, kind, d, c)
+                unit = "" if cells else " TFLOP/s"
+                if same:
+                    cells.append(f"at {_shape(d, c)} the binary is {same}'s")
+                elif row and row.get("graph_tflops") and prev and prev.get("graph_tflops"):
+                    change = row["graph_tflops"] / prev["graph_tflops"] - 1
+                    change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
+                    cells.append(f"{row['graph_tflops']:.0f}{unit} at {_shape(d, c)} ({change})")
+                    last = row
+                else:
+                    return f"_{name}: not measured._"
+            pass_ = ("backward " if kind == "bwd" else "forward ") if name.startswith(steps.MODEL) else ""
+            text = f"{pass_}on {before.replace('part4', 'part 4')}: "
+            text += ", ".join(cells)
+            if last is not None and last.get("tensor_pipe_pct") is not None:
+                text += f"; tensor pipe {last['tensor_pipe_pct']:.0f}%, top stall {last['stall_1']} {last['stall_1_value']:.1f}"
+            parts_.append(text)
+        text = "; ".join(parts_)
+        return f"_{text[0].upper()}{text[1:]}._"
 
     return line
 
@@ -139,7 +201,7 @@ def table_ladder_all(gpu_dir):
     rows, index = _ladder(gpu_dir)
     body = []
     for step in dict.fromkeys(r["step"] for r in rows):
-        label = next(r["label"] for r in rows if r["step"] == step)
+        label = NAMES.get(step) or next(r["label"] for r in rows if r["step"] == step)
         for mode in ("fwd", "bwd", "fwd+bwd"):
             cells = [index.get((step, mode, d, c)) for d, c in PANELS]
             if any(cells):
@@ -147,9 +209,9 @@ def table_ladder_all(gpu_dir):
         body += [[step, label, "", r["check"][:80], "", "", ""] for r in rows if r["step"] == step and not r["mode"]]
     caption = (
         "N = 4096, B=4, H=8, bf16: TFLOP/s by CUDA-graph replay and, in brackets, the speed over SDPA cuDNN's in the "
-        "same mode; a backward step's fwd+bwd is part 5's forward followed by it. `fwd_before` and `bwd_before` are "
-        "the shipped kernels of the commit before the ladder (the kernels regrouped into its steps), timed in the "
-        "same run:"
+        "same mode; a backward's fwd+bwd is part 5's forward followed by it. `fwd_before` and `bwd_before` are the "
+        "shipped kernels of the commit before the rewrite (positional state, before the ladders were rebuilt), timed "
+        "in the same run:"
     )
     header = ["step", "what", "mode", *(_shape(d, c) for d, c in PANELS)]
     return _table(rows, LADDER, caption, header, body, "lll" + "r" * len(PANELS))
@@ -157,16 +219,17 @@ def table_ladder_all(gpu_dir):
 
 def table_ladder_compiled(gpu_dir):
     rows = read_csv(gpu_dir / "part5_ladder_compiled.csv")
-    fields = ["partitions", "warps", "smem", "registers", "stack", "wgmma", "wgmma_waits", "barrier_waits"]
-    body = [[r["step"], r["D"], yes_no(r["causal"] == "True"), *(r[f] for f in fields)] for r in rows]
-    header = ["step", "D", "causal", "warp_specialize", "warps", "shared memory", "registers", "stack bytes"]
-    header += ["wgmma", "wgmma waits (leaving n: count)", "mbarrier waits"]
+    fields = ["partitions", "warps", "smem", "params", "registers", "stack", "wgmma", "wgmma_waits", "barrier_waits"]
+    body = [[r["step"], r["kernel"], r["D"], yes_no(r["causal"] == "True"), *(r[f] for f in fields)] for r in rows]
+    header = ["step", "kernel", "D", "causal", "warp_specialize", "warps", "shared memory", "parameters", "registers"]
+    header += ["stack bytes", "wgmma", "wgmma waits (leaving n: count)", "mbarrier waits"]
     caption = (
-        "Each step's main kernel compiled for sm_90 (the H200's architecture) with Triton's compiler and ptxas on a "
-        "CPU, read off the binary: registers per thread at launch (setmaxnreg then moves them between partitions), "
-        "stack bytes (spills), the products, and the waits on products and barriers in the PTX:"
+        "Each step's Gluon kernels (a model step's: those it patches) compiled for sm_90 (Hopper) with Triton's "
+        "compiler and ptxas on a CPU, read off the binary: registers per thread at launch (setmaxnreg then moves them "
+        "between partitions), stack bytes (spills), the kernel's parameters, the products, and the waits on products "
+        "and barriers in the PTX:"
     )
-    return _table(rows, f"TRITON_INTERPRET=0 {LADDER} --compile --save", caption, header, body, "lll" + "r" * 8)
+    return _table(rows, f"TRITON_INTERPRET=0 {LADDER} --compile --save", caption, header, body, "llll" + "r" * 9)
 
 
 def ladder_figure(rows):
@@ -178,14 +241,15 @@ def ladder_figure(rows):
     index = {(r["step"], r["mode"], r["D"], r["causal"]): r for r in rows if r["mode"]}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, (ladder, title) in zip(axes, (("fwd", "forward"), ("bwd", "backward alone"))):
-        order = ["part4", *_steps(rows, ladder)]
+        shipped = [s for s in _steps(rows, steps.MODEL) if ladder in _kinds(rows, s)][-1:]  # its last change
+        order = ["part4", *_steps(rows, ladder), *shipped]
         for i, (d, c) in enumerate(PANELS):
             ys = [(index.get((s, ladder, d, c)) or {}).get("graph_tflops") for s in order]
             ax.plot(range(len(order)), ys, "o-", color=f"C{i}", label=_shape(d, c))
             cudnn = (index.get(("sdpa_cudnn", ladder, d, c)) or {}).get("graph_tflops")
             if cudnn:
                 ax.axhline(cudnn, color=f"C{i}", linestyle=":", linewidth=1)
-        ax.set_xticks(range(len(order)), ["part 4", *order[1:]])
+        ax.set_xticks(range(len(order)), ["part 4", *order[1 : len(order) - len(shipped)], *["shipped"] * len(shipped)])
         ax.set_title(f"{title}: each step, N = 4096 (dotted: SDPA cuDNN)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (CUDA-graph replay)")
@@ -507,7 +571,7 @@ def table_gluon(gpu_dir):
         "Forward TFLOP/s (CUDA-graph replay), B=4, H=8, bf16, and in brackets the speed over SDPA cuDNN's in the same "
         "run: the Gluon kernel with its warpgroups free or taking turns (ping-pong), part 4's `tl` kernel and the "
         "variants of earlier versions of the study (a program per query tile: now the ladder's fwd4). Part 5 runs at "
-        f"D = 64 two warpgroups with ping-pong up to N = {SHORT_UP_TO[False]} ({SHORT_UP_TO[True]} causal; fwd10) and "
+        f"D = 64 two warpgroups with ping-pong up to N = {SHORT_UP_TO[False]} ({SHORT_UP_TO[True]} causal; model5) and "
         "three from there, at D = 128 two without:"
     )
     return _study(gpu_dir, "part5_gluon.csv", GLUON_STUDY, caption, ["part 4"], "vs_cudnn")

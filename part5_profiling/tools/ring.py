@@ -1,4 +1,4 @@
-"""The Gluon forward's K/V ring (gluon_attention.py) as a model in plain Python, to run on a CPU.
+"""The Gluon forward's K/V ring (gluon_attention.py, hopper.Ring) as a model in plain Python, on a CPU.
 
 Gluon has no interpreter, so the hand-off between the loader warp and the softmax warpgroups cannot
 be stepped through on a CPU. This model keeps the kernel's rule and nothing else: key tile `it`
@@ -41,7 +41,7 @@ def loader(n_tiles, stages):
     before each copy: (tile, slot, barrier, parity)."""
     for it in range(n_tiles):
         slot, phase = it % stages, (it // stages) & 1
-        yield it, slot, "free", phase ^ 1  # mbarrier.wait(k_free.index(slot), phase ^ 1), then the TMA copy
+        yield it, slot, "free", phase ^ 1  # Ring.fill: mbarrier.wait(free.index(slot), phase ^ 1), then TMA
 
 
 def consumer(n_tiles, stages):
@@ -49,7 +49,7 @@ def consumer(n_tiles, stages):
     makes before reading the tile (S = Q K^T) and arriving on free[slot]."""
     for it in range(n_tiles):
         slot, phase = it % stages, (it // stages) & 1
-        yield it, slot, "ready", phase  # mbarrier.wait(k_ready.index(slot), (it // STAGES) & 1)
+        yield it, slot, "ready", phase  # Ring.wait: mbarrier.wait(ready.index(slot), phase)
 
 
 def run(n_tiles, stages, consumers, pick=None, free_count=None, load=loader):
@@ -93,7 +93,7 @@ def run(n_tiles, stages, consumers, pick=None, free_count=None, load=loader):
                 errors.append(f"overwrite: tile {it} into slot {slot} before every warpgroup read tile {held[slot]}")
             held[slot], readers[slot] = it, set()
             event["completes"] = ready[slot].arrive()
-        else:  # S = Q K^T reads the slot, then mbarrier.arrive(k_free.index(slot))
+        else:  # S = Q K^T reads the slot, then Ring.release: mbarrier.arrive(free.index(slot))
             if held[slot] != it:
                 errors.append(f"stale read: {name} read slot {slot} for tile {it} but it holds {held[slot]}")
             readers[slot].add(name)
