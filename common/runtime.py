@@ -82,10 +82,12 @@ def gpu_name() -> str:
 
 
 def gpu_slug() -> str:
-    """A short folder name for results: 'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'rtx-4090'."""
+    """A short folder name for results: 'NVIDIA H200' -> 'h200', 'NVIDIA GeForce RTX 4090' -> 'rtx-4090',
+    'NVIDIA H100 80GB HBM3' -> 'h100' (memory size and kind, form factor left out)."""
     name = gpu_name().lower()
     for word in ("nvidia", "geforce", "tesla"):
         name = name.replace(word, "")
+    name = re.sub(r"\b(\d+gb|hbm\w*|sxm\w*|pcie|nvl)\b", "", name)
     return re.sub(r"[^a-z0-9]+", "-", name.strip()).strip("-") or "gpu"
 
 

@@ -343,3 +343,21 @@ report = check_outputs(dict(O=o.detach(), dQ=dq, dK=dk, dV=dv), q, k, v, do, cau
 print(json.dumps(dict(started=started, compiles=len(threads), elsewhere=[t for t in threads if not t.startswith("compile-together")],
                       check=verdict(report), route=route)))
 """
+
+
+@pytest.mark.parametrize(
+    "name, slug",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 PCIe", "h100"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA A100-SXM4-40GB", "a100"),
+    ],
+)
+def test_results_folder_names_the_gpu_alone(monkeypatch, name, slug):
+    """results/<gpu>/ is the GPU's short name: an H100 80GB HBM3's results go to results/h100/."""
+    from common import runtime
+
+    monkeypatch.setattr(runtime, "gpu_name", lambda: name)
+    assert runtime.gpu_slug() == slug

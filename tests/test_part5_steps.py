@@ -177,8 +177,10 @@ def test_every_step_is_correct_on_hopper(part):
 def test_each_step_has_its_lesson_in_the_readme(part):
     """Every step of the three ladders has, in part 5's README, a heading of its own, its `make diff`
     line, its generated measurement under that heading (a lesson step's with its counters: the
-    tensor pipe, the top stall) and its row in the progression table."""
+    tensor pipe, the top stall) and its row in the progression table. Before the ladder's first GPU
+    run (results/h200/part5_ladder.csv not written yet) each line must say that it is missing."""
     text = (parts.folder(part) / "README.md").read_text()
+    timed = (ROOT / "results" / "h200" / "part5_ladder.csv").exists()
     headings = list(re.finditer(r"^#### (\w+): .+$", text, re.M))
     for ladder in ("fwd", "bwd", steps.MODEL):
         for step in steps.steps_of(part, ladder):
@@ -190,7 +192,11 @@ def test_each_step_has_its_lesson_in_the_readme(part):
             section = text[headings[at[0]].end() : end]
             assert f"`make diff PART=5 STEP={step.name}`" in section, step.name
             measured = re.search(rf"<!-- results:part5-step-{step.name} -->\n(.*)\n<!-- /results", section)
-            assert measured and "not measured" not in measured[1], step.name
+            assert measured, step.name
+            if not timed:  # no ladder run since the ladders were rebuilt: the line says so, nothing else
+                assert measured[1].startswith("_No results yet (part5_ladder.csv missing)"), step.name
+                continue
+            assert "not measured" not in measured[1], step.name
             if ladder != steps.MODEL:
                 assert "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
             row = re.search(rf"^\| `{step.name}` \| .*$", text, re.M)
