@@ -29,6 +29,12 @@ launch cost's shape (D = 128, non-causal, bf16, B=4, H=8):
    descriptors in the kernel asks for at every launch), the input check, a launch of the
    one-program kernel and a PyTorch zero_, part 5's flash_forward and flash_backward. Host us per
    call, the median of 5 rounds of 200 calls.
+3. Where the TMA descriptors are made ("descriptors" pieces): one Gluon program that reads a tile
+   of Q, K and V by TMA and writes Q's to O, its four 4-D descriptors either made on the host
+   (Gluon's TensorDescriptor, built each call, encoded by the launcher) or made in the kernel from
+   the pointers and strides (tma.make_tensor_descriptor, as part 5's kernels do: the launcher asks
+   Triton's allocator for the descriptors' global scratch). The same work on the GPU; the host us
+   per call says which way a short call's host time favours.
 
 A run replaces the rows of the targets and pieces it measures and keeps the others: the rows of
 part 5 with "LEAN" off and on are 461acc8's, a launch tried and not kept (the launcher's C function
@@ -36,6 +42,7 @@ called directly, one descriptor scratch per stream: 2-3% of the host time, and t
 broke torch.compile's CUDA graphs, whose warm-up allocates into the graph's pool).
 """
 
+import functools
 import statistics
 import sys
 from contextlib import nullcontext
@@ -44,12 +51,13 @@ import torch
 import triton
 import triton.language as tl
 
-from common import parts, results, study
+from common import parts, results, runtime, study
 from common.impls import sdpa_context
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE, _descriptor_scratch, properties
 from common.validate import check_inputs
 from part5_profiling import fast_launch, gluon_backward
+from part5_profiling.hopper import gl, gluon, heads_descriptor, mbarrier, swizzled, tma, tma_load
 from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, paired_times, sdpa_calls
 
 LENS = (512, 1024, 2048)
@@ -72,6 +80,58 @@ _touch_launch = fast_launch.Launch(_touch)
 def touch(x):
     """_touch on x (float32) through part 5's Launch: Triton's launcher, none of part 5's Python."""
     _touch_launch(("touch", x.device), lambda _: 1, x)
+
+
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # 3.7 renamed it
+
+
+@gluon.jit
+def _copy_tiles(q_desc, k_desc, v_desc, o_desc):
+    """Read the first tile of Q, K and V by TMA, write Q's to O: four descriptors, nearly no work."""
+    q = gl.allocate_shared_memory(q_desc.dtype, q_desc.block_type.shape, q_desc.layout)
+    k = gl.allocate_shared_memory(k_desc.dtype, k_desc.block_type.shape, k_desc.layout)
+    v = gl.allocate_shared_memory(v_desc.dtype, v_desc.block_type.shape, v_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, q_desc.block_type.nbytes + k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma_load(q_desc, [0, 0, 0, 0], bar, q)
+    tma_load(k_desc, [0, 0, 0, 0], bar, k)
+    tma_load(v_desc, [0, 0, 0, 0], bar, v)
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+    tma_store(o_desc, [0, 0, 0, 0], q)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _tiles_host_descriptors(q_desc, k_desc, v_desc, o_desc):
+    _copy_tiles(q_desc, k_desc, v_desc, o_desc)
+
+
+@gluon.jit
+def _tiles_kernel_descriptors(Q, K, V, O, B, H, N, sb, sh, sn, ROWS: gl.constexpr, D: gl.constexpr):
+    q_desc = heads_descriptor(Q, [B, H, N, D], [sb, sh, sn], [1, 1, ROWS, D])
+    k_desc = heads_descriptor(K, [B, H, N, D], [sb, sh, sn], [1, 1, ROWS, D])
+    v_desc = heads_descriptor(V, [B, H, N, D], [sb, sh, sn], [1, 1, ROWS, D])
+    o_desc = heads_descriptor(O, [B, H, N, D], [sb, sh, sn], [1, 1, ROWS, D])
+    _copy_tiles(q_desc, k_desc, v_desc, o_desc)
+
+
+def descriptor_calls(q, k, v, o, rows=64):
+    """{way: a call} that launches the four-descriptor copy with its descriptors made on the host
+    (each call, as a launch of part 5 would) or in the kernel."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    d, layout = q.shape[-1], swizzled(4)
+
+    def host():
+        descs = [TensorDescriptor.from_tensor(t, [1, 1, rows, d], layout) for t in (q, k, v, o)]
+        _tiles_host_descriptors[(1,)](*descs, num_warps=4)
+
+    def kernel():
+        _tiles_kernel_descriptors[(1,)](q, k, v, o, *q.shape[:3], *q.stride()[:3], rows, d, num_warps=4)
+
+    return {"descriptors made on the host": host, "descriptors made in the kernel": kernel}
 
 
 def statistics_shapes(q):
@@ -170,6 +230,14 @@ def piece_rows(module, meta, n=512):
         ("flash_forward", forward),
         ("flash_backward", backward),
     ]
+    o_copy = torch.empty_like(q)
+    for way, fn in descriptor_calls(q, k, v, o_copy).items():
+        fn()
+        torch.cuda.synchronize()
+        if not torch.equal(o_copy[0, 0, :64], q[0, 0, :64]):
+            raise AssertionError(f"the copy with {way} did not copy Q's first tile")
+        o_copy.zero_()
+        pieces.append((f"a 4-descriptor TMA copy, {way}", fn))
     rows = []
     for name, fn in pieces:
         with torch.no_grad():
@@ -181,11 +249,12 @@ def piece_rows(module, meta, n=512):
     return rows
 
 
-def run(save=None):
+def run(save=None, pieces_only=False):
+    runtime.set_triton_allocator()  # the in-kernel descriptors' scratch
     module = parts.load(5)
     meta = results.provenance()
     rows = piece_rows(module, meta)
-    for n in LENS:
+    for n in () if pieces_only else LENS:
         rows += ladder_rows(module, n, meta)
         torch.cuda.empty_cache()
         if save is not None:
@@ -194,10 +263,13 @@ def run(save=None):
 
 
 def main(argv=None):
-    study.arguments(__doc__, argv)
+    args = study.arguments(
+        __doc__, argv, extra=[(("--pieces-only",), dict(action="store_true", help="the pieces, not the ladder"))]
+    )
     if not study.on_gpu("The host's pieces are measured beside a GPU's launches"):
         return 0
-    return results.write_as_measured("part5_host_parts.csv", FIELDS, run, failed=lambda r: False, key=KEY)
+    measure = functools.partial(run, pieces_only=args.pieces_only)
+    return results.write_as_measured("part5_host_parts.csv", FIELDS, measure, failed=lambda r: False, key=KEY)
 
 
 if __name__ == "__main__":

@@ -80,9 +80,18 @@ CASES = [
 ]
 STRESS = CASES[-1]
 FIELDS = ["step", "label", "mode", *results.SHAPE_FIELDS, "graph_ms", "graph_tflops", "vs_cudnn", "check"]
-FIELDS += ["tensor_pipe_pct", "stall_1", "stall_1_value", "stall_2", "stall_2_value", *results.PROVENANCE]
+FIELDS += [
+    "tensor_pipe_pct",
+    "warps_active_pct",
+    "stall_1",
+    "stall_1_value",
+    "stall_2",
+    "stall_2_value",
+    *results.PROVENANCE,
+]
 KEY = ("step", "mode", "D", "causal")
 TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"  # wgmma too, on the H200
+WARPS_ACTIVE = "sm__warps_active.avg.pct_of_peak_sustained_active"  # achieved occupancy: warps resident of 64
 
 
 def every_step():
@@ -325,7 +334,14 @@ def profile_all(names):
     order = [(name, kind, d, causal) for name in names for d, causal in shapes() for kind in kernels(name)]
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--kernel-name"]
     cmd += ["regex:_attn_(fwd|bwd)_gluon", "--launch-count", str(len(order)), "--csv", "--page", "raw"]
-    cmd += ["--metrics", ",".join([TENSOR_PIPE, *stalls]), sys.executable, "-m", "part5_profiling.tools.ladder"]
+    occupancy = [WARPS_ACTIVE] if WARPS_ACTIVE.split(".")[0] in known else []
+    cmd += [
+        "--metrics",
+        ",".join([TENSOR_PIPE, *occupancy, *stalls]),
+        sys.executable,
+        "-m",
+        "part5_profiling.tools.ladder",
+    ]
     try:
         out = subprocess.run([*cmd, "--child-profile", *names], cwd=ROOT, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
@@ -338,7 +354,7 @@ def profile_all(names):
     for key, launch in zip(order, launches):
         top = sorted((ncu_number(launch[m]) or 0.0, STALL.match(m).group(1)) for m in stalls if m in launch)[::-1]
         top = [(value, reason) for value, reason in top if reason != "selected"]  # selected: issuing, not stalled
-        counters = dict(tensor_pipe_pct=launch.get(TENSOR_PIPE, ""))
+        counters = dict(tensor_pipe_pct=launch.get(TENSOR_PIPE, ""), warps_active_pct=launch.get(WARPS_ACTIVE, ""))
         for rank, (value, reason) in enumerate(top[:2], 1):
             counters.update({f"stall_{rank}": reason, f"stall_{rank}_value": f"{value:.2f}"})
         found[key] = counters

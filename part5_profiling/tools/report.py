@@ -5,7 +5,7 @@
 import re
 import statistics
 
-from common import parts, steps
+from common import parts, steps, sweep_report
 from common.report import PANELS, per_shape, yes_no
 from common.results import markdown_table, provenance_line, read_csv, table_block
 from part5_profiling import roofline
@@ -87,6 +87,17 @@ def _compiled(gpu_dir):
         (r["step"], r["kernel"], r["D"], int(r["causal"] == "True")): {k: v for k, v in r.items() if k not in skip}
         for r in (read_csv(path) if path.exists() else [])
     }
+
+
+HOPPER_SM = dict(
+    regs_per_multiprocessor=65536, shared_memory_per_multiprocessor=233472, max_threads_per_multi_processor=2048
+)
+
+
+def programs_per_sm(facts):
+    """How many programs of a compiled step (part5_ladder_compiled.csv's row) one Hopper SM holds at once."""
+    row = dict(num_warps=int(facts["warps"]), regs=int(facts["registers"]), smem_compiled=int(facts["smem"]))
+    return sweep_report.programs_per_sm(row, HOPPER_SM)
 
 
 def _before(name, kind):
@@ -189,6 +200,11 @@ def step_line(name):
             text += ", ".join(cells)
             if last is not None and last.get("tensor_pipe_pct") is not None:
                 text += f"; tensor pipe {last['tensor_pipe_pct']:.0f}%, top stall {last['stall_1']} {last['stall_1_value']:.1f}"
+            now, prev = compiled.get((name, kind, *shapes[-1])), compiled.get((before, kind, *shapes[-1]))
+            if now and prev and programs_per_sm(now) != programs_per_sm(prev):
+                n, was = programs_per_sm(now), programs_per_sm(prev)
+                text += f"; {n} program{'s' * (n > 1)} per SM at {_shape(*shapes[-1])}, {was} before "
+                text += f"({now['registers']} registers a thread x {now['warps']} warps, {int(now['smem']) // 1024} KB)"
             parts_.append(text)
         text = "; ".join(parts_)
         return f"_{text[0].upper()}{text[1:]}._"
