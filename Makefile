@@ -17,13 +17,15 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench targets lint results clean help
+.PHONY: exercise check install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench targets lint results clean help
 
 help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
 	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
 	@echo "make report [GPU=h200]  README tables and plots from results/h200/; GPU=x: results/x/summary.md only"
+	@echo "make exercise PART=N    part N's exercises; NAME=x hands one out into workspace/ (FORCE=1: again, over your work)"
+	@echo "make check PART=N NAME=x  grade your exercise: the tests that see its idea, on a CPU in under a minute"
 	@echo "make diff PART=N        what part N changes in part N-1's kernel; STEP=2 (part 3), STEP=fwd3 (part 5): one step"
 	@echo "make profile PART=N     part N's kernels: GPU time, compiler resources, hardware counters where ncu can (GPU)"
 	@echo "make notebook PART=N    part N's walkthrough.py as a Jupyter notebook (RUN=1: also run it; stops at an error)"
@@ -61,6 +63,15 @@ report: $(ENV)
 profile: $(ENV)
 	@test -n "$(PART)" || { echo "usage: make profile PART=N"; exit 2; }
 	$(PYTHON) -m part5_profiling.tools.profile --part $(PART)
+
+# Standard library only (like diff): listing and handing out need no torch.
+exercise:
+	@test -n "$(PART)" || { echo "usage: make exercise PART=N [NAME=x [FORCE=1]]"; exit 2; }
+	@python3 -m common.exercises --part $(PART) $(if $(NAME),--name $(NAME),) $(if $(FORCE),--force,)
+
+check: $(ENV)
+	@test -n "$(PART)" -a -n "$(NAME)" || { echo "usage: make check PART=N NAME=x"; exit 2; }
+	@$(PYTHON) -m common.exercises --part $(PART) --name $(NAME) --check
 
 diff:
 	@python3 -m common.diff $(PART_ARG) $(STEP_ARG)
