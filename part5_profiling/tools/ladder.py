@@ -413,10 +413,10 @@ def run(names, use_ncu, save=None):
     counters, why = profile_all([n for n in passed if n not in extras() and kernels(n)]) if use_ncu else ({}, "")
     for row in rows:
         row.update(B=B, H=H, N=N, dtype="bf16", **meta)
-        base = cudnn.get((row["mode"], row["D"], row["causal"]))
+        base = cudnn.get((row["mode"], row.get("D"), row.get("causal")))  # a step with no kernel: no shape
         if base and row.get("graph_ms"):
             row["vs_cudnn"] = f"{float(base) / float(row['graph_ms']):.3f}"
-        if row["mode"] != "fwd+bwd":
+        if row["mode"] in ("fwd", "bwd"):
             row.update(counters.get((row["step"], row["mode"], row["D"], bool(row["causal"])), {}))
     if why:
         print(f"no counters: {why}")

@@ -49,8 +49,23 @@ STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() fo
 NAMES = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
 
 
+def ladder_dir(gpu_dir):
+    """Where the ladder's run wrote part5_ladder.csv: gpu_dir, or failing that the results folder of
+    the other GPU that ran it (its tables and lines name that GPU)."""
+    if (gpu_dir / "part5_ladder.csv").exists():
+        return gpu_dir
+    found = sorted(p.parent for p in gpu_dir.parent.glob("*/part5_ladder.csv"))
+    return found[0] if found else gpu_dir
+
+
+def _gpu(rows):
+    """The GPU of a run's rows, short: "H100"."""
+    name = next((r.get("gpu") for r in rows if r.get("gpu")), "") or ""
+    return re.sub(r"^NVIDIA |\s.*GB.*$", "", name)
+
+
 def _ladder(gpu_dir):
-    rows = read_csv(gpu_dir / "part5_ladder.csv")
+    rows = read_csv(ladder_dir(gpu_dir) / "part5_ladder.csv")
     return rows, {(r["step"], r["mode"], r["D"], r["causal"]): r for r in rows if r["mode"]}
 
 
@@ -67,6 +82,8 @@ def _ladder_cell(row):
 def _part4_counters(gpu_dir):
     """{(pass, D, causal): (tensor pipe %, top stall)} of part 4's main kernels (part5_profile.csv)."""
     kernels, found = {"fwd": "_attn_fwd", "bwd": "_attn_bwd_dkdv"}, {}
+    if not (gpu_dir / "part5_profile.csv").exists():  # a GPU that ran the ladder but not the profile
+        return found
     for r in read_csv(gpu_dir / "part5_profile.csv"):
         if r["target"] == "part4" and r["method"] == "ncu" and r["kernel"] == kernels.get(r["pass"]):
             pipe, stall = found.get((r["pass"], r["D"], r["causal"]), (None, None))
@@ -133,7 +150,7 @@ def table_ladder(gpu_dir):
     of cuDNN's speed (or, where its binary is the step before's, that step's name), the tensor pipe's
     active share and the top stall (part 4's from the profile of every part)."""
     rows, index = _ladder(gpu_dir)
-    part4, compiled, body = _part4_counters(gpu_dir), _compiled(gpu_dir), []
+    part4, compiled, body = _part4_counters(ladder_dir(gpu_dir)), _compiled(gpu_dir), []
     for ladder in ("fwd", "bwd", steps.MODEL):
         order = ["part4", *_steps(rows, ladder), "sdpa_cudnn"] if ladder != steps.MODEL else _steps(rows, ladder)
         for step in order:
@@ -176,8 +193,11 @@ def step_line(name):
         compiled = _compiled(gpu_dir)
         kinds = _kinds(rows, name)
         if not kinds:
-            done = any(r["step"] == name and r["check"].startswith("ok") for r in rows)
-            return "_No kernel changes: flash_attention.py only._" if done else f"_{name}: not measured._"
+            step = next(s for s in steps.steps_of(5, re.sub(r"\d+$", "", name)) if s.name == name)
+            patched = steps.split_patch(step.path.read_text()) if step.path.suffix == ".diff" else {"": ""}
+            if not set(patched) & {steps.TARGETS["fwd"], steps.TARGETS["bwd"]}:
+                return "_No kernel changes: flash_attention.py only._"
+            return f"_{name}: not measured._"
         parts_ = []
         for kind in kinds:
             before = _before(name, kind)
@@ -196,15 +216,18 @@ def step_line(name):
                 else:
                     return f"_{name}: not measured._"
             pass_ = ("backward " if kind == "bwd" else "forward ") if name.startswith(steps.MODEL) else ""
-            text = f"{pass_}on {before.replace('part4', 'part 4')}: "
+            text = f"{pass_}on {before.replace('part4', 'part 4')} ({_gpu(rows)}): "
             text += ", ".join(cells)
             if last is not None and last.get("tensor_pipe_pct") is not None:
                 text += f"; tensor pipe {last['tensor_pipe_pct']:.0f}%, top stall {last['stall_1']} {last['stall_1_value']:.1f}"
-            now, prev = compiled.get((name, kind, *shapes[-1])), compiled.get((before, kind, *shapes[-1]))
-            if now and prev and programs_per_sm(now) != programs_per_sm(prev):
-                n, was = programs_per_sm(now), programs_per_sm(prev)
-                text += f"; {n} program{'s' * (n > 1)} per SM at {_shape(*shapes[-1])}, {was} before "
-                text += f"({now['registers']} registers a thread x {now['warps']} warps, {int(now['smem']) // 1024} KB)"
+            moved = []
+            for d, c in shapes:
+                now, prev = compiled.get((name, kind, d, c)), compiled.get((before, kind, d, c))
+                if now and prev and programs_per_sm(now) != programs_per_sm(prev):
+                    moved.append(f"{programs_per_sm(prev)} to {programs_per_sm(now)} at {_shape(d, c)}")
+                    facts = f"{now['registers']} registers a thread x {now['warps']} warps"
+            if moved:
+                text += f"; programs per SM {', '.join(moved)} ({facts})"
             parts_.append(text)
         text = "; ".join(parts_)
         return f"_{text[0].upper()}{text[1:]}._"
@@ -261,12 +284,14 @@ def ladder_figure(rows):
         order = ["part4", *_steps(rows, ladder), *shipped]
         for i, (d, c) in enumerate(PANELS):
             ys = [(index.get((s, ladder, d, c)) or {}).get("graph_tflops") for s in order]
+            if not any(ys):
+                continue  # a shape the run did not time (--table-shapes)
             ax.plot(range(len(order)), ys, "o-", color=f"C{i}", label=_shape(d, c))
             cudnn = (index.get(("sdpa_cudnn", ladder, d, c)) or {}).get("graph_tflops")
             if cudnn:
                 ax.axhline(cudnn, color=f"C{i}", linestyle=":", linewidth=1)
         ax.set_xticks(range(len(order)), ["part 4", *order[1 : len(order) - len(shipped)], *["shipped"] * len(shipped)])
-        ax.set_title(f"{title}: each step, N = 4096 (dotted: SDPA cuDNN)")
+        ax.set_title(f"{_gpu(rows)}, {title}: each step, N = 4096 (dotted: SDPA cuDNN)", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (CUDA-graph replay)")
     axes[0].legend(fontsize=8)
@@ -622,8 +647,8 @@ def table_gluon_bwd(gpu_dir):
 
 def draw(gpu_dir):
     drawn = [roofline.draw(gpu_dir)]
-    if (gpu_dir / "part5_ladder.csv").exists():
-        drawn.append(gpu_dir / "part5_ladder.png")
+    if (ladder_dir(gpu_dir) / "part5_ladder.csv").exists():
+        drawn.append(ladder_dir(gpu_dir) / "part5_ladder.png")
         ladder_figure(read_csv(drawn[-1].with_suffix(".csv"))).savefig(drawn[-1], dpi=110)
     return [path for path in drawn if path is not None]
 
