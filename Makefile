@@ -17,11 +17,12 @@ ifeq ($(PYTHON),$(VENV)/bin/python)
 ENV = $(VENV)/.installed
 endif
 
-.PHONY: exercise check install test bench report diff profile notebook notebook-part sweep autotune coldstart train-bench targets lint results clean help
+.PHONY: exercise check install test test-house bench report diff profile notebook notebook-part sweep autotune coldstart train-bench targets lint results clean help
 
 help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
-	@echo "make test [PART=N]      correctness suite (all parts, or part N)"
+	@echo "make test [PART=N]      the whole suite, or part N's own tests"
+	@echo "make test-house         the house's tests alone: READMEs, report, harness, install"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
 	@echo "make report [GPU=h200]  README tables and plots from results/h200/; GPU=x: results/x/summary.md only"
 	@echo "make exercise PART=N    part N's exercises; NAME=x hands one out into workspace/ (FORCE=1: again, over your work)"
@@ -53,6 +54,9 @@ $(VENV)/.installed: pyproject.toml
 
 test: $(ENV)
 	$(PYTHON) -m pytest $(PART_ARG)
+
+test-house: $(ENV)
+	$(PYTHON) -m pytest --house
 
 bench: $(ENV)
 	$(PYTHON) -m common.bench $(PART_ARG)

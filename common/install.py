@@ -91,10 +91,11 @@ def main():
     print("  not reachable; looking for a CPU build on the default index ...", flush=True)
     builds = cpu_builds_listed(spec)
     if builds:
-        got = pip("install", f"torch=={builds[0]}", quiet=False)
+        got = pip("install", f"torch=={builds[0]}", quiet=not os.environ.get("VERBOSE"))
         if got.returncode == 0:
             print(f"  installed torch {builds[0]} from the default index")
             return 0
+        print((got.stdout or "")[-2000:] + (got.stderr or "")[-2000:], file=sys.stderr)  # why it failed
     print(
         f"Stopped: no CPU build of {spec} is reachable (PyTorch's CPU index did not answer, and the default "
         "index lists none), and the default index's torch for Linux is the CUDA build, several GB. Either "

@@ -57,7 +57,7 @@ def _descriptor_scratch(size: int, alignment: int, stream):
     for at launch time. A new one from PyTorch's allocator every launch: one kept across launches
     breaks torch.compile's CUDA graphs (mode="reduce-overhead"), whose warm-up runs allocate into the
     graph's memory pool, and a buffer kept from there is a live allocation the graph does not track
-    (4baaa30 kept one per stream: "Detected 1 tensor(s) in the cudagraph pool not tracked as outputs")."""
+    (one kept per stream failed so: "Detected 1 tensor(s) in the cudagraph pool not tracked as outputs")."""
     return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 

@@ -65,9 +65,8 @@ BLOCK_N = 128  # keys per tile
 SEQUENCE_MAJOR_FROM = 4096
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, registers per
 # thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest), and
-# whether the warpgroups take turns at the tensor cores (PINGPONG). tools/gluon_study.py
-# (results/h200/part5_gluon.csv): turns make D = 64 without a mask 4-5% faster at N = 4096-8192 and
-# the causal D = 64 within 1.3% either way; at D = 128 they cost 1-3%.
+# whether the warpgroups take turns at the tensor cores (PINGPONG): chosen by tools/gluon_study.py
+# (the log's "The Gluon forward": turns pay at D = 64, not at D = 128).
 CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
     64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)

@@ -1,5 +1,9 @@
-"""One suite for every part. `pytest --part 1` (or `make test PART=1`) tests part 1 only;
-without --part every part that has a kernel is tested."""
+"""One suite for every part. `pytest --part 1` (or `make test PART=1`) runs part 1's own tests:
+those that take the `part` or `exercise` fixture for part 1, and the files named for it
+(test_part1_*.py, test_ideas_part1.py). The house's tests (the READMEs, the report, the harness,
+the install) run with `pytest --house` (make test-house); `pytest` alone runs everything."""
+
+import re
 
 import pytest
 import torch
@@ -15,6 +19,7 @@ def pytest_addoption(parser):
         default=None,
         help="part number to test (repeatable); default: every part whose flash_attention.py exists",
     )
+    parser.addoption("--house", action="store_true", help="only the house's tests: READMEs, report, harness, install")
 
 
 def pytest_configure(config):
@@ -54,7 +59,27 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("part", [pytest.param(None, marks=pytest.mark.not_selected)], ids=["none"])
 
 
+def _part_of(item):
+    """The part a test belongs to (its `part` or `exercise` parameter, or the part its file is
+    named for), or None for a test of the house."""
+    params = getattr(item, "callspec", None)
+    params = params.params if params is not None else {}
+    if params.get("part") is not None:
+        return params["part"]
+    if "exercise" in params:
+        return params["exercise"].part
+    named = re.search(r"part(\d+)", item.path.name)
+    return int(named[1]) if named else None
+
+
 def pytest_collection_modifyitems(config, items):
+    chosen, house = config.getoption("--part"), config.getoption("--house")
+    if chosen or house:  # a part's own tests, or the house's alone
+        keep = (lambda n: n is None) if house else (lambda n: n in chosen)
+        others = [item for item in items if not keep(_part_of(item))]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if keep(_part_of(item))]
     dropped = [item for item in items if item.get_closest_marker("not_selected")]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -223,8 +223,8 @@ def test_ahead_makes_a_blank_only_when_it_runs_the_function(monkeypatch):
 def test_descriptor_scratch_is_a_new_buffer_every_launch():
     """Triton's scratch allocator (common.runtime) gives each launch a buffer of its own: one kept
     across launches would, when first made inside a compiled model's CUDA-graph warm-up, live in the
-    graph's memory pool untracked, and torch.compile(mode="reduce-overhead") fails (4baaa30 kept one
-    per stream; tests/test_model.py's CUDA-graphs test runs the model on a GPU)."""
+    graph's memory pool untracked, and torch.compile(mode="reduce-overhead") fails (as one kept per
+    stream did; tests/test_model.py's CUDA-graphs test runs the model on a GPU)."""
     import torch
 
     from common import runtime

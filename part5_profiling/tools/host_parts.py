@@ -37,7 +37,7 @@ launch cost's shape (D = 128, non-causal, bf16, B=4, H=8):
    per call says which way a short call's host time favours.
 
 A run replaces the rows of the targets and pieces it measures and keeps the others: the rows of
-part 5 with "LEAN" off and on are 461acc8's, a launch tried and not kept (the launcher's C function
+part 5 with "LEAN" off and on are of a launch tried and not kept (the launcher's C function
 called directly, one descriptor scratch per stream: 2-3% of the host time, and the cached scratch
 broke torch.compile's CUDA graphs, whose warm-up allocates into the graph's pool).
 """
