@@ -20,7 +20,8 @@ the solution, and the README checks and the suite go on testing it. Grading runs
 `grade:` (pytest arguments) with FLASH_ATTENTION_EXERCISE set to "<part>=<your file>": parts.load()
 then returns your flash_attention.py in the part's place, and a grader of another file reads yours
 through learner_source(). tests/test_exercises.py proves that every exercise fails as handed out
-and passes with the solution put back.
+and passes with the solution put back. After editing a part's file, `python -m common.exercises
+--part N --rebase HEAD` makes its exercises' patches again on the edited file.
 """
 
 import argparse
@@ -144,6 +145,36 @@ def write(part, target, handout, name, idea, hint, grade, time):
     return read(path, part)
 
 
+def rebase(n, rev):
+    """After editing a part's files: each exercise's patch made again on today's file, the edit merged
+    into its handout (git merge-file: the file at commit `rev` the base, today's file and the old
+    handout the two sides). Returns the exercises rewritten; ValueError where the edit touches a hole."""
+    import tempfile
+
+    rewritten = []
+    for exercise in of(n):
+        head = f"{parts.folder(n).name}/{exercise.target.as_posix()}"
+        old = subprocess.run(["git", "show", f"{rev}:{head}"], cwd=ROOT, capture_output=True, text=True, check=True)
+        if old.stdout == exercise.solution():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            mine, base, theirs = (Path(tmp) / name for name in ("new", "base", "handout"))
+            mine.write_text(exercise.solution())
+            base.write_text(old.stdout)
+            theirs.write_text(steps.apply_patch(old.stdout, exercise.patch))
+            if subprocess.run(["git", "merge-file", "-q", str(mine), str(base), str(theirs)]).returncode:
+                raise ValueError(f"{exercise.name}: the edit meets the exercise's hole; make its handout again")
+            handout = mine.read_text()
+        fields = dict(
+            idea=exercise.idea,
+            hint=exercise.hint,
+            grade=" ".join(f'"{a}"' if " " in a else a for a in exercise.grade),
+            time=exercise.time,
+        )
+        rewritten.append(write(n, exercise.target.as_posix(), handout, exercise.name, **fields))
+    return rewritten
+
+
 # ------------------------------------------------------------------------------ hand out and grade
 def hand_out(exercise, force=False):
     """Write the handout to its workfile (not over work already there unless force). Returns the path."""
@@ -210,9 +241,13 @@ def main(argv=None):
     ap.add_argument("--name", help="the exercise; without it, the part's exercises are listed")
     ap.add_argument("--check", action="store_true", help="grade the handout in workspace/")
     ap.add_argument("--force", action="store_true", help="hand out again over work already there")
+    ap.add_argument("--rebase", metavar="REV", help="after editing the part's files: remake every patch from REV's")
     args = ap.parse_args(argv)
     try:
         parts.require([args.part])
+        if args.rebase:
+            print(f"rewrote {', '.join(e.name for e in rebase(args.part, args.rebase)) or 'nothing'}")
+            return 0
         if not args.name:
             print(listing(args.part))
             return 0
