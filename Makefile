@@ -59,10 +59,10 @@ test-house: $(ENV)
 	$(PYTHON) -m pytest --house
 
 bench: $(ENV)
-	$(PYTHON) -m common.bench $(PART_ARG)
+	$(PYTHON) -m lab.bench $(PART_ARG)
 
 report: $(ENV)
-	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
+	$(PYTHON) -m lab.report $(if $(GPU),--gpu $(GPU),)
 
 profile: $(ENV)
 	@test -n "$(PART)" || { echo "usage: make profile PART=N"; exit 2; }
@@ -93,20 +93,20 @@ notebook-part:
 	@test -f "$(FOLDER)/walkthrough.py" || { echo "usage: make notebook PART=N, for a part that has a walkthrough.py"; exit 2; }
 
 sweep: $(ENV)
-	$(PYTHON) -m part2_tile_tuning.sweep
+	$(PYTHON) -m part2_tile_tuning.tools.sweep
 
 autotune: $(ENV)
-	$(PYTHON) -m common.coldstart --autotune --part 2
+	$(PYTHON) -m lab.coldstart --autotune --part 2
 
 coldstart: $(ENV)
-	$(PYTHON) -m common.coldstart $(PART_ARG)
+	$(PYTHON) -m lab.coldstart $(PART_ARG)
 
 train-bench: $(ENV)
-	$(PYTHON) -m common.train_step
+	$(PYTHON) -m lab.train_step
 
 # No GPU needed: Triton's compiler builds every part's kernels for sm_80 ... sm_120 (QUICK=1: what CI checks)
 targets: $(ENV)
-	$(PYTHON) -m common.targets $(if $(QUICK),--quick,)
+	$(PYTHON) -m lab.targets $(if $(QUICK),--quick,)
 
 lint: $(ENV)
 	$(PYTHON) -m ruff check .
@@ -119,19 +119,19 @@ FP32_DQ = 32x16w4s1 32x32w4s2 64x32w8s2 128x64w8s3 128x32w4s3 64x64w4s2
 
 # The tests first (make test), then every GPU measurement behind the READMEs, then the report.
 results: $(ENV) test
-	$(PYTHON) -m part2_tile_tuning.sweep
-	$(PYTHON) -m part3_inner_loop.sweep
-	$(PYTHON) -m part4_backward.sweep --kernel dkdv
-	$(PYTHON) -m part4_backward.sweep --kernel dq
-	$(PYTHON) -m common.bench --mode fwd --mode fwd+bwd --mode bwd --flex
-	$(PYTHON) -m common.coldstart --autotune --part 2
-	$(PYTHON) -m common.coldstart --parallel 8
-	$(PYTHON) -m part3_inner_loop.sweep --dtype fp32 --configs $(FP32_FORWARD)
-	$(PYTHON) -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs $(FP32_DKDV)
-	$(PYTHON) -m part4_backward.sweep --kernel dq --dtype fp32 --configs $(FP32_DQ)
-	$(PYTHON) -m part3_inner_loop.ablation
-	$(PYTHON) -m part4_backward.dq_atomics
-	$(PYTHON) -m part4_backward.memory
+	$(PYTHON) -m part2_tile_tuning.tools.sweep
+	$(PYTHON) -m part3_inner_loop.tools.sweep
+	$(PYTHON) -m part4_backward.tools.sweep --kernel dkdv
+	$(PYTHON) -m part4_backward.tools.sweep --kernel dq
+	$(PYTHON) -m lab.bench --mode fwd --mode fwd+bwd --mode bwd --flex
+	$(PYTHON) -m lab.coldstart --autotune --part 2
+	$(PYTHON) -m lab.coldstart --parallel 8
+	$(PYTHON) -m part3_inner_loop.tools.sweep --dtype fp32 --configs $(FP32_FORWARD)
+	$(PYTHON) -m part4_backward.tools.sweep --kernel dkdv --dtype fp32 --configs $(FP32_DKDV)
+	$(PYTHON) -m part4_backward.tools.sweep --kernel dq --dtype fp32 --configs $(FP32_DQ)
+	$(PYTHON) -m part3_inner_loop.tools.ablation
+	$(PYTHON) -m part4_backward.tools.dq_atomics
+	$(PYTHON) -m part4_backward.tools.memory
 	$(PYTHON) -m part5_profiling.tools.ceilings
 	$(PYTHON) -m part5_profiling.tools.profile --part 1 --part 2 --part 3 --part 4 --part 5 --sdpa flash --sdpa cudnn
 	$(PYTHON) -m part5_profiling.tools.stages
@@ -143,9 +143,9 @@ results: $(ENV) test
 	TRITON_INTERPRET=0 $(PYTHON) -m part5_profiling.tools.ladder --compile --save
 	$(PYTHON) -m part5_profiling.tools.gluon_study
 	$(PYTHON) -m part5_profiling.tools.gluon_study --backward
-	$(PYTHON) -m common.train_step
+	$(PYTHON) -m lab.train_step
 	$(PYTHON) -m part5_profiling.tools.step_profile
-	$(PYTHON) -m common.report $(if $(GPU),--gpu $(GPU),)
+	$(PYTHON) -m lab.report $(if $(GPU),--gpu $(GPU),)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache

@@ -1,8 +1,9 @@
-"""The few Triton internals this project reaches for, in one place.
+"""The few Triton internals the kernels and the learner's tools reach for, in one place (what the
+lab alone needs of the compiler, such as compiling a configuration without running it or reading a
+binary's registers, is lab/compiler.py's).
 
-A sweep has to compile one configuration without running it, read what the compiler allocated
-(registers, spills, shared memory) and learn whether it can run at all; the cold-start benchmark
-has to ask the autotuner what it chose and how many configurations it timed; part 5's host path
+A launch has to know the shared memory each configuration's binary takes and which configuration
+the autotuner chose; the exercises compile part 5's Gluon kernels for sm_90 without a GPU; part 5's host path
 (part5_profiling/fast_launch.py) launches a compiled kernel without Triton's per-call Python.
 A part's first call compiles several kernels, and the compiler can build them side by side
 (compile_together, which common/launch.py calls with the shape class it reads off a kernel's
@@ -15,11 +16,7 @@ importing this module is safe everywhere.
 # Without a GPU, common.runtime switches on Triton's interpreter, which must happen before triton loads.
 from common import runtime  # noqa: F401, I001
 import os
-import re
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 from triton import knobs
@@ -40,14 +37,6 @@ def jit_function(kernel):
     return kernel
 
 
-def compile_only(kernel, args, grid, **constexprs):
-    """Compile one configuration into Triton's on-disk cache without launching it; returns the
-    compiled kernel. `constexprs` holds the kernel's constexpr arguments and num_warps, num_stages.
-    A later launch with the same arguments finds it in the cache.
-    3.6 to 3.9: JITFunction.warmup(*args, grid=..., **kwargs) compiles and returns a CompiledKernel."""
-    return jit_function(kernel).warmup(*args, grid=grid, **constexprs)
-
-
 def shared_memory(compiled):
     """Bytes of shared memory the compiler allocated for one program, known as soon as it compiled.
     3.6 to 3.9: CompiledKernel.metadata.shared."""
@@ -61,13 +50,6 @@ def load(compiled):
     and only then fills n_regs and n_spills."""
     compiled._init_handles()
     return compiled.n_regs, compiled.n_spills
-
-
-def device_properties():
-    """What Triton's driver reads off the current GPU: max_shared_mem, max_num_regs,
-    multiprocessor_count, warpSize, clock rates, memory bus width.
-    3.6 to 3.9: driver.active.utils.get_device_properties(device index) returns them as a dict."""
-    return dict(driver.active.utils.get_device_properties(driver.active.get_current_device()))
 
 
 def chosen(kernel):
@@ -85,65 +67,6 @@ def chosen_label(kernel):
     """config_label of what an @triton.autotune kernel chose for its last call; "" before its first."""
     config = chosen(kernel)
     return "" if config is None else config_label(config)
-
-
-def timed_configs(tuners, call):
-    """Run call() and return how many configurations the autotuners `tuners` (a list) timed during it,
-    together: for each, all that survived pruning for a new key, 0 when the key was seen before.
-    3.6 to 3.9: each time it benchmarks, Autotuner replaces configs_timings with a new
-    {config: time} dict; otherwise it leaves it alone, so it is cleared first.
-    3.8 and 3.9: when pruning leaves a single configuration, it is used without being timed (0);
-    3.6 times it (1). With Triton's autotuning disk cache switched on (off by default), a hit restores
-    the saved timings and counts as timed."""
-    for tuner in tuners:
-        tuner.configs_timings = None
-    call()
-    return sum(len(tuner.configs_timings or ()) for tuner in tuners)
-
-
-def launched(kernels, call):
-    """Run call() and return [(kernel name, compiled kernel)] for every launch of `kernels` (jit or
-    autotuned kernels) during it, in order. Call it on a warm call: while the autotuner benchmarks
-    a new key, every configuration it times is a launch too. A launch hook is set meanwhile, so a
-    fast path that skips Triton's launch path while none is set (part 5's) goes through it.
-    3.6 to 3.9: JITFunction.run compiles or finds the kernel, launches it and returns the
-    CompiledKernel; the autotuner calls the jit function's run, so an instance attribute `run`
-    wrapping the method sees every launch. The attribute is removed afterwards."""
-    seen = []
-    wrapped = []
-    for kernel in kernels:
-        fn = jit_function(kernel)
-        original = fn.run
-
-        def run(*args, _original=original, _name=fn.__name__, **kwargs):
-            compiled = _original(*args, **kwargs)
-            seen.append((_name, compiled))
-            return compiled
-
-        fn.run = run
-        wrapped.append(fn)
-    hooks = knobs.runtime.launch_enter_hook
-    hooks.add(_no_hook)
-    try:
-        call()
-    finally:
-        hooks.remove(_no_hook)
-        for fn in wrapped:
-            del fn.run
-    return seen
-
-
-def _no_hook(*args, **kwargs):
-    """A launch hook that does nothing: while it is set, launch_hooked() is true."""
-
-
-def resources(compiled):
-    """What the compiler gave one kernel: warps, stages, shared memory (bytes), registers per thread
-    and spilled registers. 3.6 to 3.9: metadata.num_warps, .num_stages and .shared, and n_regs and
-    n_spills once the binary is loaded (it is, after a launch)."""
-    n_regs, n_spills = load(compiled)
-    meta = compiled.metadata
-    return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, shared=meta.shared, regs=n_regs, spills=n_spills)
 
 
 def launch_hooked():
@@ -281,22 +204,6 @@ def shared_sizes(kernel, configs, args, constexprs):
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="compile-together") as pool:
         with AsyncCompileMode(pool, ignore_errors=True):
             return read()
-
-
-def binary_resources(cubin):
-    """(registers per thread, stack bytes) of a compiled binary (CompiledKernel.asm["cubin"]), read with the
-    cuobjdump Triton ships: no GPU needed, so a kernel compiled for another target can be read too."""
-    import triton
-
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
-    if found is None:
-        raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-200:]!r}")
-    return int(found[1]), int(found[2])
 
 
 def compile_for(fn, signature, constexprs, capability, options, attrs=None, gluon=False):

@@ -103,8 +103,8 @@ print("after p = p.to(float16):", p.dtype)
 
 # %%
 if runtime.HAS_GPU:
-    from common.impls import sdpa_fn
-    from common.timing import attention_flops, tflops, time_ms
+    from lab.impls import sdpa_fn
+    from lab.timing import attention_flops, tflops, time_ms
 
     q, k, v, _ = make_inputs(Shape((4, 8), 4096, 4096, 64), torch.bfloat16, runtime.DEVICE)
     for name, fn in (

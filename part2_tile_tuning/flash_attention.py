@@ -4,7 +4,7 @@ The kernel body is part 1's line for line; only the launch changes. @triton.auto
 configuration in CONFIGS (sweep.py's best, less those that do not fit in shared memory) the first
 time it meets a shape class (dtype, D, causal, the power of two above N) and keeps the fastest.
 
-Run:  make test PART=2   |   make bench PART=2   |   python -m part2_tile_tuning.sweep (GPU)
+Run:  make test PART=2   |   make bench PART=2   |   python -m part2_tile_tuning.tools.sweep (GPU)
 """
 
 import torch
@@ -16,7 +16,7 @@ from common.backward import flash_backward
 from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.sweep`; H200, bf16, B=4,
+# Winners of the sweep (results/h200/part2_sweep.csv, `python -m part2_tile_tuning.tools.sweep`; H200, bf16, B=4,
 # H=8, N=4096): D=64 64x128 w4 s2 (causal or not); D=128 128x128 w8 s3, causal 128x64 w4 s2.
 TUNED = [
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=2),
@@ -24,7 +24,7 @@ TUNED = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # Float32 multiplies as IEEE float32 (no tensor cores): the tiles above spill (0.3-3.4 TFLOP/s, up to 70 s
-# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep
+# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.tools.sweep
 # --dtype fp32`) found one small tile per D: 10-11 TFLOP/s, 3-7 s to compile; a float32 call takes it alone.
 FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64

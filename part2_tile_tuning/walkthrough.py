@@ -10,7 +10,7 @@
 # # Part 2 walkthrough: tile sizes, warps, stages
 #
 # `python -m part2_tile_tuning.walkthrough` from the repository root (or `make notebook PART=2`).
-# The sweep itself needs a GPU (`python -m part2_tile_tuning.sweep`); this walkthrough runs anywhere.
+# The sweep itself needs a GPU (`python -m part2_tile_tuning.tools.sweep`); this walkthrough runs anywhere.
 
 # %%
 import torch
@@ -18,7 +18,7 @@ import torch
 from common import launch, parts, runtime
 from common.check import check_part
 from common.inputs import Shape, make_inputs
-from common.sweep import regs_estimate
+from lab.sweep import regs_estimate
 
 part2 = parts.load(2)
 print(runtime.describe())

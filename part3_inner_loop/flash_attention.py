@@ -12,7 +12,7 @@
   first, otherwise the tiles of one sequence together (they share K and V in L2); any number of
   (batch * head) sequences.
 
-Run:  make test PART=3   |   make bench PART=3   |   python -m part3_inner_loop.sweep (GPU)
+Run:  make test PART=3   |   make bench PART=3   |   python -m part3_inner_loop.tools.sweep (GPU)
 """
 
 import torch
@@ -24,7 +24,7 @@ from common.backward import flash_backward
 from common.runtime import INTERPRET
 from common.validate import check_inputs
 
-# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
+# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.tools.sweep`;
 # H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
 # 256x64 w8 s3. The last, 128x64 w4 s2 (third at D=128), is the one that fits float32 at D=128.
 TUNED = [
@@ -34,7 +34,7 @@ TUNED = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # Float32 multiplies as IEEE float32 (no tensor cores): the tiles above spill (0.3-3.4 TFLOP/s, up to 70 s
-# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep
+# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.tools.sweep
 # --dtype fp32`) found one small tile per D: 10-11 TFLOP/s, 3-7 s to compile; a float32 call takes it alone.
 FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64

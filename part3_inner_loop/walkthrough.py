@@ -20,7 +20,8 @@ import torch
 from common import parts, runtime, steps
 from common.check import check_part
 from common.inputs import Shape, make_inputs
-from part3_inner_loop import ablation, tiles
+from part3_inner_loop import figures
+from part3_inner_loop.tools import ablation
 
 part3 = parts.load(3)
 print(runtime.describe())
@@ -28,15 +29,15 @@ print(runtime.describe())
 # %% [markdown]
 # ## 1. Which key tiles a program visits
 #
-# `tiles.key_tiles` is the kernel's loop bounds in Python: the tiles every row of the query tile
+# `figures.key_tiles` is the kernel's loop bounds in Python: the tiles every row of the query tile
 # sees whole (no mask), then the ones that need a mask (the diagonal, the ragged end). The rest
-# are never loaded. `python -m part3_inner_loop.tiles` draws the picture in the README.
+# are never loaded. `python -m part3_inner_loop.figures` draws the picture in the README.
 
 # %%
 n, block_m, block_n = 1024, 128, 64
 visited = masked = 0
 for q_start in range(0, n, block_m):
-    unmasked, with_mask = tiles.key_tiles(q_start, block_m, block_n, n, causal=True)
+    unmasked, with_mask = figures.key_tiles(q_start, block_m, block_n, n, causal=True)
     visited, masked = visited + len(unmasked) + len(with_mask), masked + len(with_mask)
     print(f"query tile at {q_start:>4}: {len(unmasked):>2} tiles without a mask, {len(with_mask)} with one")
 total = (n // block_m) * (n // block_n)
@@ -78,7 +79,7 @@ for shape, causal in (
 # ## 4. The ablation, one change at a time
 #
 # `steps/` holds one patch per change; applied in order to part 2's kernel they give part 3's.
-# `python -m part3_inner_loop.ablation` times every step on a GPU; here, what each one changes:
+# `python -m part3_inner_loop.tools.ablation` times every step on a GPU; here, what each one changes:
 
 # %%
 sources = ablation.step_sources()

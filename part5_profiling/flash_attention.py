@@ -38,7 +38,7 @@ from common.runtime import INTERPRET, set_triton_allocator
 from common.validate import check_inputs
 from part5_profiling import fast_launch, gluon_attention, gluon_backward
 
-# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.sweep`;
+# Winners of part 3's own sweep (results/h200/part3_sweep.csv, `python -m part3_inner_loop.tools.sweep`;
 # H200, bf16, B=4, H=8, N=4096): D=64 non-causal 128x128 w4 s3, causal 128x64 w4 s4; D=128 both
 # 256x64 w8 s3. The last, 128x64 w4 s2 (third at D=128), is the one that fits float32 at D=128.
 TUNED = [
@@ -48,7 +48,7 @@ TUNED = [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # Float32 multiplies as IEEE float32 (no tensor cores): the tiles above spill (0.3-3.4 TFLOP/s, up to 70 s
-# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.sweep
+# of ptxas each). The float32 sweep (results/h200/part3_fp32_sweep.csv, `python -m part3_inner_loop.tools.sweep
 # --dtype fp32`) found one small tile per D: 10-11 TFLOP/s, 3-7 s to compile; a float32 call takes it alone.
 FLOAT32 = {
     64: triton.Config({"BLOCK_M": 32, "BLOCK_N": 64}, num_warps=4, num_stages=2),  # D = 16, 32 and 64
@@ -305,7 +305,7 @@ def flash_forward(Q, K, V, is_causal):
 #      dQ_i (a query tile's gradient sums over keys). No atomics: each program owns its output
 #      tile, so the result is the same bits on every run.
 # Winners of part 4's sweeps (results/h200/part4_dkdv_sweep.csv and part4_dq_sweep.csv,
-# `python -m part4_backward.sweep --kernel dkdv|dq`; H200, bf16, B=4, H=8, N=4096). dK/dV: D=64
+# `python -m part4_backward.tools.sweep --kernel dkdv|dq`; H200, bf16, B=4, H=8, N=4096). dK/dV: D=64
 # 32x128 w4 s3, D=128 64x64 w4 s2 (causal or not). dQ: D=64 128x64 w8 s3, D=128 128x32 w4 s3
 # (non-causal) and 128x64 w8 s3 (causal), and 64x64 w4 s2.
 BWD_DKDV = [
@@ -318,7 +318,7 @@ BWD_DQ = [
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=2),
 ]
 # Float32, as in the forward (FLOAT32): small tiles, one per head dim and causal flag, from float32
-# sweeps (`python -m part4_backward.sweep --kernel dq|dkdv --dtype fp32 --configs ...`). dQ
+# sweeps (`python -m part4_backward.tools.sweep --kernel dq|dkdv --dtype fp32 --configs ...`). dQ
 # (results/h200/part4_dq_fp32_sweep.csv): the 16-bit tiles at 1.4-1.8 TFLOP/s at D = 64, 32x16 w4 s1
 # at 5. dK/dV (part4_dkdv_fp32_sweep.csv): causal, the tiles that suit the non-causal loop spill
 # by the thousand and take 9-22 s to compile (32x64 w4 s2 at D = 64: 1.8 TFLOP/s, 9 s); the small

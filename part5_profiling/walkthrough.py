@@ -20,10 +20,11 @@ import inspect
 
 import torch
 
-from common import results, runtime
-from common.timing import attention_flops
-from part5_profiling import gluon_attention, roofline
-from part5_profiling.tools import ring
+from common import runtime
+from lab import results
+from lab.timing import attention_flops
+from part5_profiling import gluon_attention
+from part5_profiling.tools import ring, roofline
 
 GPU_DIR = results.results_dir("h200")
 
@@ -87,7 +88,7 @@ else:
 # `make profile PART=N` writes on the GPU. Each pass's FLOPs over its kernels' time, and over the
 # bytes they moved to and from DRAM (ncu's counters). Every pass sits right of the ridge, part 5's
 # causal backward only just: at this size attention is compute-bound. `python -m
-# part5_profiling.roofline` draws every point, the SDPA backends' too, in results/h200/part5_roofline.png.
+# part5_profiling.tools.roofline` draws every point, the SDPA backends' too, in results/h200/part5_roofline.png.
 
 # %%
 path = GPU_DIR / "part5_profile.csv"
@@ -130,7 +131,7 @@ else:
 #
 # The model's two sides, then 6 key tiles with STAGES = 2 and two warpgroups, the loader taking its
 # turn first whenever it can go (tests/test_figures.py runs many other interleavings and checks that
-# none deadlocks or overwrites a slot not yet released). `python -m part5_profiling.tools.figures` draws
+# none deadlocks or overwrites a slot not yet released). `python -m part5_profiling.figures` draws
 # the roles, the ring, and one step of a warpgroup.
 
 # %%

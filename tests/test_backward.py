@@ -66,7 +66,7 @@ def test_deterministic(part, dtype, is_causal, mode):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_atomic_dq(part, dtype, is_causal):
     """FlashAttention-2's variant (dQ added with atomics by the dK/dV kernel), the patch
-    tools/variants/atomic_dq.diff that part4_backward/dq_atomics.py times, is correct too; and with
+    tools/variants/atomic_dq.diff that part4_backward/tools/dq_atomics.py times, is correct too; and with
     atomic_dq=False the patched file is part 4's backward, bit for bit."""
     skip_unsupported(part, dtype)
     module = steps.load_variant(part, "atomic_dq")

@@ -6,8 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from common import bench, impls, parts, results, study, timing
+from common import parts
 from common.inputs import Shape, make_inputs
+from lab import bench, impls, results, study, timing
 from tests.helpers import DEVICE, needs_gpu
 
 

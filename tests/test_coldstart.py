@@ -1,4 +1,4 @@
-"""The cold-start benchmark (common/coldstart.py): a real cold run of part 1 in fresh processes, a
+"""The cold-start benchmark (lab/coldstart.py): a real cold run of part 1 in fresh processes, a
 process killed at its timeout or failing, the tables from a synthetic file of two commits, and the
 command line."""
 
@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from common import coldstart, report, results
 from common.runtime import COMPILED
+from lab import coldstart, report, results
 
-META = dict(torch="2.x", triton="3.x", command="python -m common.coldstart", parallel=1, timeout=600)
+META = dict(torch="2.x", triton="3.x", command="python -m lab.coldstart", parallel=1, timeout=600)
 
 
 @pytest.mark.only_parts(1)

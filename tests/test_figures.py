@@ -1,4 +1,4 @@
-"""The parts' figures (part<N>/figures.py, or part<N>/tools/figures.py): each draws, and the arithmetic each is drawn from is right:
+"""The parts' figures (part<N>/figures.py): each draws, and the arithmetic each is drawn from is right:
 part 0's online softmax reproduces torch.softmax and part 0's own forward, part 1's grid and key walk
 and part 4's loop bounds match brute force, part 5's ring model keeps its invariants and its step
 follows the kernel's source."""
@@ -12,13 +12,22 @@ import torch
 from common import parts
 
 
-@pytest.mark.only_parts(0, 1, 4, 5)
+def test_every_part_keeps_one_shape():
+    """Each part folder: the kernel, README, walkthrough and figures at the top, what measures under
+    tools/, a ladder under steps/, exercises under exercises/; no other module at the top."""
+    allowed = {"__init__.py", "flash_attention.py", "walkthrough.py", "figures.py"}
+    allowed |= {"gluon_attention.py", "gluon_backward.py", "hopper.py", "fast_launch.py"}  # part 5's kernels
+    for n in parts.available():
+        extra = {p.name for p in parts.folder(n).glob("*.py")} - allowed
+        assert not extra, f"part {n}: {sorted(extra)} at the top: a study goes under tools/"
+
+
+@pytest.mark.only_parts(0, 1, 3, 4, 5)
 def test_figures_draw(part, tmp_path):
     """draw(folder) writes its PNGs there and returns their paths, the same bytes every time (the
     pictures are deterministic); the committed copies exist."""
-    name = "tools.figures" if (parts.folder(part) / "tools" / "figures.py").exists() else "figures"
-    figures = importlib.import_module(f"{parts.folder(part).name}.{name}")
-    home = parts.folder(part) / name.replace(".", "/").removesuffix("figures")
+    figures = importlib.import_module(f"{parts.folder(part).name}.figures")
+    home = parts.folder(part)
     (tmp_path / "first").mkdir(), (tmp_path / "second").mkdir()
     paths = figures.draw(tmp_path / "first")
     assert paths and all(p.parent == tmp_path / "first" for p in paths)
@@ -197,8 +206,7 @@ def test_step_figure_follows_the_kernel(part, tmp_path):
     softmax, wait for P V, rescale); a statement it does not know is an error, not a stale picture.
     In the timeline drawn from it the softmax of S_j overlaps P_{j-1} V_{j-1} on the tensor cores and
     starts after S_j is done; in part 4's serial chain nothing overlaps, and it takes longer."""
-    from part5_profiling import gluon_attention
-    from part5_profiling.tools import figures
+    from part5_profiling import figures, gluon_attention
 
     order = figures.step_order()
     kinds = [kind for kind, _, _, _ in order]
@@ -231,7 +239,8 @@ def test_step_figure_follows_the_kernel(part, tmp_path):
 @pytest.mark.only_parts(5)
 def test_ring_occupancy_one_tile_per_slot(part):
     """The ring picture's bars: a slot holds one tile at a time, tile j in slot j % STAGES."""
-    from part5_profiling.tools import figures, ring
+    from part5_profiling import figures
+    from part5_profiling.tools import ring
 
     events, _ = ring.run(figures.N_TILES, figures.STAGES, figures.WARPGROUPS)
     spans = figures.ring_occupancy(events)

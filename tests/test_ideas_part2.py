@@ -60,8 +60,8 @@ VERDICTS = [
 def test_budget_prunes_a_configuration_that_cannot_fit(part, limit, d, block_m, block_n, warps, stages, verdict):
     """The sweep's plan builds nothing over the budget: a configuration whose tiles pass the GPU's
     shared memory per program is pruned, one just under it is compiled and measured."""
-    from common.sweep import plan
-    from part2_tile_tuning.sweep import Forward
+    from lab.sweep import plan
+    from part2_tile_tuning.tools.sweep import Forward
 
     rows = {(r["BLOCK_M"], r["BLOCK_N"], r["num_warps"], r["num_stages"]): r for r in plan(Forward(), d, False, limit)}
     row = rows[(block_m, block_n, warps, stages)]

@@ -12,7 +12,7 @@ from tests.helpers import DEVICE, assert_report_ok
 
 @pytest.mark.only_parts(3)
 def test_steps_rebuild_part3(part):
-    from part3_inner_loop import ablation
+    from part3_inner_loop.tools import ablation
 
     sources = ablation.step_sources()
     assert len(sources) == len(ablation.LABELS)
@@ -24,7 +24,7 @@ def test_steps_rebuild_part3(part):
 @pytest.mark.only_parts(3)
 @pytest.mark.parametrize("step", range(1, 5))
 def test_every_step_is_correct(part, step):
-    from part3_inner_loop import ablation
+    from part3_inner_loop.tools import ablation
 
     module = ablation.load_step(step, ablation.step_sources()[step])
     for is_causal in (False, True):
@@ -38,7 +38,7 @@ def test_tile_picture_matches_brute_force(part, causal):
     """tiles.key_tiles (the kernel's loop bounds, drawn in tile_skipping.png) against the definition:
     a key tile is visited iff some query of the program sees some key in it (j <= i, j < N_k); it is
     left unmasked only if every query of the program sees every key in it."""
-    from part3_inner_loop.tiles import key_tiles
+    from part3_inner_loop.figures import key_tiles
 
     for bm, bn in ((128, 64), (64, 128), (64, 64), (32, 16)):
         for n_q, n_k in ((256, 256), (300, 451), (517, 260), (1, 1), (64, 1)):

@@ -7,11 +7,12 @@ import types
 import pytest
 import torch
 
-from common import parts, results, runtime, study
+from common import parts, runtime
 from common.check import check_outputs
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
-from common.results import write_csv
+from lab import results, study
+from lab.results import write_csv
 from tests.helpers import DEVICE, META, assert_report_ok, study_row
 
 NCU_CSV = """==PROF== Connected to process 123
@@ -42,8 +43,8 @@ def test_occupancy_names_its_limit():
 
 
 def test_roofline_points_measured_and_modelled(tmp_path):
-    from common.timing import attention_flops
-    from part5_profiling import roofline
+    from lab.timing import attention_flops
+    from part5_profiling.tools import roofline
 
     base = dict(D=128, causal=0, note="", **META)
     fields = ("target", "kernel", "pass", "method", "metric", "value", "unit")
@@ -94,7 +95,7 @@ def test_one_thread_runs_the_call_with_autograd_on_the_calling_thread():
 def test_launch_cost_run_replaces_what_it_measures(tmp_path):
     """launch_cost's CSV merges by part: a run takes out every earlier row of what it measures (an old
     error, a cProfile group it no longer shows) and keeps the other parts' rows."""
-    from common.results import read_csv
+    from lab.results import read_csv
     from part5_profiling.tools import launch_cost
 
     path = tmp_path / "part5_launch_cost.csv"
@@ -504,7 +505,7 @@ def test_part5_tables(tmp_path):
 
 def test_targets_are_judged_on_the_median_of_runs(tmp_path):
     """The targets table: each run's part 5 against the same run's cuDNN, the median decides, misses in bold."""
-    from common import bench
+    from lab import bench
     from part5_profiling.tools import report
 
     rows = []
@@ -532,7 +533,7 @@ def test_targets_are_judged_on_the_median_of_runs(tmp_path):
 def test_fa4_table_pairs_rows_of_one_invocation(tmp_path):
     """The FlashAttention-4 table: FA4, cuDNN and part 5 of one run_id side by side with the two ratios;
     a shape whose part 5 row another invocation left is not shown; no FA4 rows, a line saying how."""
-    from common import bench
+    from lab import bench
     from part5_profiling.tools import report
 
     one = study_row(run_id=1, impl="part5", N=4096, D=64, causal=0, mode="fwd", tflops=1.0, check="ok")
@@ -710,7 +711,7 @@ def test_profile_run_replaces_its_shapes_rows(tmp_path):
     """The profile's CSV merges by target, shape, pass and method: a run takes out every earlier row
     of what it measures (a stall reason no longer among the top) and keeps the other shapes' and
     methods' rows."""
-    from common.results import read_csv
+    from lab.results import read_csv
     from part5_profiling.tools import profile
 
     path = tmp_path / "part5_profile.csv"

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from common import ROOT, parts, report
+from common import ROOT, parts
+from lab import report
 
 RULES = (ROOT / "CONTRIBUTING.md").read_text()
 HEADINGS = re.findall(r"^- `(## [^`]+)`$", RULES, re.M)  # the lesson's headings, in order

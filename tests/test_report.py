@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-from common import ROOT, report, results
+from common import ROOT
+from lab import report, results
 
 H200 = ROOT / "results" / "h200"
 PROVENANCE = re.compile(r"^_.+; torch .+; Triton .+; commit .+\. Regenerate: `.+`\._$", re.M)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from common import runtime
-from common.results import write_csv
+from lab.results import write_csv
 from part5_profiling.tools import report, step_profile
 from tests.helpers import META
 

@@ -1,19 +1,20 @@
-"""The compile check for the GPUs readers have (common/targets.py): it compiles as a launch does and
+"""The compile check for the GPUs readers have (lab/targets.py): it compiles as a launch does and
 fails naming part, kernel, configuration, target and bytes. CI runs the check itself
-(`python -m common.targets --quick`); these tests check that it can fail, and fail for the right reason."""
+(`python -m lab.targets --quick`); these tests check that it can fail, and fail for the right reason."""
 
 import re
 
 from tests.helpers import fresh_python
 
-# In a fresh process: common.targets compiles for real (TRITON_INTERPRET=0), which must be set before
+# In a fresh process: lab.targets compiles for real (TRITON_INTERPRET=0), which must be set before
 # triton loads. Part 2 with one tile list of a single 256 x 256 tile in 4 stages (about 384 KB of
 # shared memory at D = 128 in bf16, more than any GPU has), checked on sm_89 alone; and part 1 as it
 # is on every target.
 CODE = r"""
 import os, re
 os.environ["TRITON_INTERPRET"] = "0"
-from common import parts, targets
+from common import parts
+from lab import targets
 oversized = "TUNED = [triton.Config({'BLOCK_M': 256, 'BLOCK_N': 256}, num_warps=8, num_stages=4)]"
 source = re.sub(r"^TUNED = \[.*?^\]", oversized, parts.path(2).read_text(), count=1, flags=re.S | re.M)
 assert oversized in source

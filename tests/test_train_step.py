@@ -1,12 +1,13 @@
-"""The training-step benchmark (common/train_step.py) on any machine: its data, its
+"""The training-step benchmark (lab/train_step.py) on any machine: its data, its
 training loop on a tiny model, its verdict on the losses, its table and loss plot from a small
 synthetic CSV; without a GPU it says so and writes nothing."""
 
 import pytest
 import torch
 
-from common import hf, runtime, train_step
-from common.results import write_csv
+from common import hf, runtime
+from lab import train_step
+from lab.results import write_csv
 from tests.helpers import META, TINY_LLAMA
 
 TINY = TINY_LLAMA

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from common import launch, parts, triton_tools
+from lab import compiler
 from tests.helpers import DEVICE
 
 H200_SMEM = 227 * 1024  # 232448 bytes per program (opt-in)
@@ -46,8 +47,8 @@ VERDICTS = [
 @pytest.mark.only_parts(2)
 @pytest.mark.parametrize("limit, d, block_m, block_n, warps, stages, verdict", VERDICTS)
 def test_sweep_plan_verdicts(part, limit, d, block_m, block_n, warps, stages, verdict):
-    from common.sweep import plan
-    from part2_tile_tuning.sweep import Forward
+    from lab.sweep import plan
+    from part2_tile_tuning.tools.sweep import Forward
 
     rows = plan(Forward(), d, False, limit)
     assert len(rows) == 5 * 5 * 3 * 5  # BLOCK_M, BLOCK_N, warps, stages
@@ -60,8 +61,8 @@ def test_sweep_measure_poisons_checks_then_times(part):
     """Two configurations on one set of outputs: the second one's launch skips its last query tile.
     Only because the outputs are poisoned with NaN before each launch does it fail, instead of
     passing on the numbers the first one left behind."""
-    from common.sweep import measure
-    from part2_tile_tuning.sweep import Forward
+    from lab.sweep import measure
+    from part2_tile_tuning.tools.sweep import Forward
 
     class Small(Forward):
         B, H, N, dtype = 1, 2, 64, torch.float32
@@ -108,7 +109,7 @@ H200_DEVICE = dict(
     ],
 )
 def test_programs_per_sm(part, warps, regs, smem, programs):
-    from common.sweep_report import programs_per_sm
+    from lab.sweep_report import programs_per_sm
 
     assert programs_per_sm(dict(num_warps=warps, regs=regs, smem_compiled=smem), H200_DEVICE) == programs
 
@@ -243,6 +244,6 @@ def test_triton_tools_read_the_autotuner(part):
     def call():
         fa.FlashAttention.apply(q, q, q, True)
 
-    first = triton_tools.timed_configs([tuner], call)
+    first = compiler.timed_configs([tuner], call)
     assert first <= len(fa.CONFIGS) and triton_tools.chosen(tuner) in fa.CONFIGS
-    assert triton_tools.timed_configs([tuner], call) == 0  # a shape class seen before is not timed again
+    assert compiler.timed_configs([tuner], call) == 0  # a shape class seen before is not timed again

@@ -21,9 +21,10 @@ import functools
 import os
 import sys
 
-from common import parts, results, runtime, steps, study, triton_tools
-from common.bench import each_shape
-from common.timing import attention_flops
+from common import parts, runtime, steps, triton_tools
+from lab import compiler, results, study
+from lab.bench import each_shape
+from lab.timing import attention_flops
 
 B, H = 4, 8
 HEAD_DIMS = (64, 128)
@@ -122,7 +123,7 @@ def compile_forward(module, d, causal, config):
     except Exception as e:  # the compiler refuses: its last line says why
         lines = [line for line in str(e).splitlines() if line.strip()]
         return dict(row, status=f"error: {lines[-1][:120] if lines else type(e).__name__}")
-    registers, stack = triton_tools.binary_resources(kernel.asm["cubin"])
+    registers, stack = compiler.binary_resources(kernel.asm["cubin"])
     specialized = int("ttg.warp_specialize(" in kernel.asm["ttgir"])
     return dict(row, status="ok", warp_specialized=specialized, warps_launched=kernel.metadata.num_warps,
                 registers=registers, stack_bytes=stack, smem_bytes=kernel.metadata.shared)  # fmt: skip

@@ -15,9 +15,9 @@ import sys
 
 import torch
 
-from common import results, study
 from common.runtime import DEVICE
-from common.timing import graph_time_ms
+from lab import results, study
+from lab.timing import graph_time_ms
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)

@@ -21,9 +21,10 @@ import sys
 
 import torch
 
-from common import impls, results, runtime, study
-from common.bench import each_shape, timed_call
-from common.timing import attention_flops, graph_time_ms, tflops
+from common import runtime
+from lab import impls, results, study
+from lab.bench import each_shape, timed_call
+from lab.timing import attention_flops, graph_time_ms, tflops
 
 B, H = 4, 8
 SEQ_LENS = (4096, 8192, 16384)

@@ -51,11 +51,12 @@ import torch
 import triton
 import triton.language as tl
 
-from common import parts, results, runtime, study
-from common.impls import sdpa_context
+from common import parts, runtime
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE, _descriptor_scratch, properties
 from common.validate import check_inputs
+from lab import results, study
+from lab.impls import sdpa_context
 from part5_profiling import fast_launch, gluon_backward
 from part5_profiling.hopper import gl, gluon, heads_descriptor, mbarrier, swizzled, tma, tma_load
 from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, paired_times, sdpa_calls

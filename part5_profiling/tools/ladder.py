@@ -46,11 +46,12 @@ import threading
 
 import torch
 
-from common import ROOT, impls, parts, results, runtime, steps, triton_tools
-from common.bench import timed_call
+from common import ROOT, parts, runtime, steps, triton_tools
 from common.check import check_outputs, check_slices, verdict
 from common.inputs import STRESS_SCALE, Shape, make_inputs
-from common.timing import attention_flops, graph_time_ms, tflops
+from lab import compiler, impls, results
+from lab.bench import timed_call
+from lab.timing import attention_flops, graph_time_ms, tflops
 from part5_profiling.tools.profile import STALL, ncu_available_metrics, ncu_number, parse_ncu_csv
 
 B, H, N = 4, 8, 4096
@@ -377,7 +378,7 @@ def compiled_facts(name, kind, d, causal):
     meta = module.constexprs(d, causal)
     signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
     kernel = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
-    ptx, (registers, stack) = kernel.asm["ptx"], triton_tools.binary_resources(kernel.asm["cubin"])
+    ptx, (registers, stack) = kernel.asm["ptx"], compiler.binary_resources(kernel.asm["cubin"])
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     return dict(
         step=name,

@@ -40,11 +40,12 @@ from contextlib import nullcontext
 
 import torch
 
-from common import impls, parts, results, study
-from common.bench import timed_call
+from common import parts
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE
-from common.timing import graph_time_ms, time_ms
+from lab import impls, results, study
+from lab.bench import timed_call
+from lab.timing import graph_time_ms, time_ms
 
 B, H, D = 4, 8, 128
 SEQ_LENS = (512, 1024, 2048, 4096)

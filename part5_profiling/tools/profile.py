@@ -34,10 +34,11 @@ import types
 
 import torch
 
-from common import impls, parts, results, runtime
-from common.bench import timed_call
+from common import parts, runtime
 from common.inputs import Shape, make_inputs
-from common.timing import attention_flops
+from lab import compiler, impls, results
+from lab.bench import timed_call
+from lab.timing import attention_flops
 
 B, H, N = 4, 8, 4096
 HEAD_DIMS = (64, 128)
@@ -184,19 +185,18 @@ def compiler_rows(target, impl, pass_, d, causal):
     """Resources of every Triton kernel one warm call launches (none for a part without Triton or SDPA)."""
     if not target.startswith("part") or not parts.uses_triton(int(target.removeprefix("part"))):
         return []
-    from common import triton_tools
 
     module = parts.load(int(target.removeprefix("part")))
     fn = call_for(impl, pass_, d, causal)
     fn()  # compile and autotune first: while tuning, every configuration timed is a launch too
     torch.cuda.synchronize()
-    props = triton_tools.device_properties()
+    props = compiler.device_properties()
     rows, seen = [], set()
-    for name, compiled in triton_tools.launched(triton_kernels(module).values(), fn):
+    for name, compiled in compiler.launched(triton_kernels(module).values(), fn):
         if name in seen:
             continue
         seen.add(name)
-        res = triton_tools.resources(compiled)
+        res = compiler.resources(compiled)
         per_sm, limited_by = occupancy(res, props)
         base = dict(target=target, kernel=name, D=d, causal=int(causal), **{"pass": pass_}, method="compiler", note="")
         rows += [

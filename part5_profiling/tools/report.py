@@ -5,10 +5,11 @@
 import re
 import statistics
 
-from common import parts, steps, sweep_report
-from common.report import PANELS, per_shape, yes_no
-from common.results import markdown_table, provenance_line, read_csv, table_block
-from part5_profiling import roofline
+from common import parts, steps
+from lab import sweep_report
+from lab.report import PANELS, per_shape, yes_no
+from lab.results import markdown_table, provenance_line, read_csv, table_block
+from part5_profiling.tools import roofline
 
 
 def _table(rows, command, caption, header, body, align=None):
@@ -372,7 +373,7 @@ TARGETS = [
     ("fwd+bwd", 1024, 2048, 0.85),
 ]
 TARGETS_COMMAND = (
-    "python -m common.bench --part 5 --sdpa cudnn --mode fwd --mode fwd+bwd --mode bwd "
+    "python -m lab.bench --part 5 --sdpa cudnn --mode fwd --mode fwd+bwd --mode bwd "
     "--n 1024 --n 2048 --n 4096 --n 8192 --n 16384 --repeat 3"
 )
 
@@ -450,12 +451,10 @@ def table_fa4(gpu_dir):
             speeds = [f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", f"{fa4 / cudnn:.2f}x", f"{ours / fa4:.2f}x"]
             body.append([r["mode"], r["D"], yes_no(r["causal"]), r["N"], *speeds])
     if not body:
-        return (
-            "No FlashAttention-4 rows in bench.csv: `python -m common.bench --fa4 ...` where flash-attn-4 is installed."
-        )
+        return "No FlashAttention-4 rows in bench.csv: `python -m lab.bench --fa4 ...` where flash-attn-4 is installed."
     header = ["mode", "D", "causal", "N", "FA4", "SDPA cuDNN", "part 5", "FA4 / cuDNN", "part 5 / FA4"]
     caption = "B=4, H=8, bf16, TFLOP/s by `do_bench`, each shape's three rows from one invocation of the benchmark:"
-    return _table(used, "python -m common.bench --fa4 ...", caption, header, body, "llrr" + "r" * 5)
+    return _table(used, "python -m lab.bench --fa4 ...", caption, header, body, "llrr" + "r" * 5)
 
 
 # ------------------------------------------------------------------------------------ the host path
@@ -540,7 +539,7 @@ def table_step_profile(gpu_dir):
              ms(r["gpu_ms"]), r["kernels"], ms(r["attn_gpu_ms"]), ms(r["other_gpu_ms"]),
              ms(r["attn_host_ms"]) if r["mode"] == "eager" else "—"] for r in rows]  # fmt: skip
     caption = (
-        "The training benchmark's step (common/train_step.py's model, B=8), per step: its time (CUDA events, median of "
+        "The training benchmark's step (lab/train_step.py's model, B=8), per step: its time (CUDA events, median of "
         "10), the host's time to issue it (no synchronisation), then from PyTorch's profiler over 3 steps: the kernels' "
         "GPU time and count, attention's kernels and the rest, and (eager) the host's time inside the attention calls, "
         "forward and backward, profiled:"

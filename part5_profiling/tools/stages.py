@@ -18,11 +18,12 @@ import sys
 
 import torch
 
-from common import parts, results, study
+from common import parts
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE
-from common.timing import attention_flops, graph_time_ms, tflops
+from lab import results, study
+from lab.timing import attention_flops, graph_time_ms, tflops
 from part5_profiling.tools.candidates import load
 
 B, H, N = 4, 8, 4096

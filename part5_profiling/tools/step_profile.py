@@ -1,4 +1,4 @@
-"""Where a training step's time goes: common/train_step.py's Llama step with SDPA default and with a
+"""Where a training step's time goes: lab/train_step.py's Llama step with SDPA default and with a
 part, under PyTorch's profiler.
 
     python -m part5_profiling.tools.step_profile            # results/<gpu>/part5_step_profile.csv
@@ -25,7 +25,8 @@ import time
 
 import torch
 
-from common import hf, results, study, train_step
+from common import hf
+from lab import results, study, train_step
 
 WARMUP, TIMED, PROFILED = 5, 10, 3
 SEQ_LENS = (1024, 4096)

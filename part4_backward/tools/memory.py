@@ -1,6 +1,6 @@
 """Peak GPU memory of one forward + backward against N: FlashAttention's O(N) memory, measured.
 
-    python -m part4_backward.memory        # GPU: results/<gpu>/part4_memory.csv
+    python -m part4_backward.tools.memory        # GPU: results/<gpu>/part4_memory.csv
 
 For each implementation and N, from an empty allocator: make q, k, v and dO (B=4, H=8, D=64, bf16),
 run the forward and the backward once (compiling and autotuning), reset the peak, run them again,
@@ -14,9 +14,10 @@ import sys
 
 import torch
 
-from common import impls, parts, results, study
+from common import parts
 from common.inputs import Shape, make_inputs
 from common.runtime import DEVICE
+from lab import impls, results, study
 
 B, H, D = 4, 8, 64
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)

@@ -1,15 +1,15 @@
-"""Part 2's tables (common/report.py puts them in the README and the results log): the budget, the sweep
-(common/sweep_report.py's tables and heatmaps, given part 2's files), the autotuner's cost."""
+"""Part 2's tables (lab/report.py puts them in the README and the results log): the budget, the sweep
+(lab/sweep_report.py's tables and heatmaps, given part 2's files), the autotuner's cost."""
 
 import functools
 
-from common import sweep_report
-from common.results import markdown_table, read_csv, table_block
-from common.sweep import MAX_REGS, regs_estimate
+from lab import sweep_report
+from lab.results import markdown_table, read_csv, table_block
+from lab.sweep import MAX_REGS, regs_estimate
 from part2_tile_tuning.flash_attention import smem_bytes
 
 ADA_SMEM_PER_BLOCK = 99 * 1024  # compute capability 8.9 (the seed's RTX 4070 Super): CUDA guide, per-block opt-in
-SWEEP = "part2_tile_tuning.sweep"
+SWEEP = "part2_tile_tuning.tools.sweep"
 
 
 def draw(gpu_dir):
@@ -58,7 +58,7 @@ def table_autotune(gpu_dir):
     rows = read_csv(gpu_dir / "part2_autotune.csv")
     body = [[r["scenario"], f"{r['seconds']:.3g}", r["configs"] or "—", r["chosen"] or "—"] for r in rows]
     header = ["what", "seconds", "configurations tried", "chosen"]
-    return table_block(rows, "python -m common.coldstart --autotune --part 2 && make report", "", header, body, "lrrl")
+    return table_block(rows, "python -m lab.coldstart --autotune --part 2 && make report", "", header, body, "lrrl")
 
 
 TABLES = {
@@ -69,6 +69,6 @@ TABLES = {
     "part2-stages": functools.partial(sweep_report.table_sweep_stages, name="part2", module=SWEEP),
     "part2-autotune": table_autotune,
     "part2-fp32-sweep": functools.partial(
-        sweep_report.table_sweep, name="part3_fp32", module="part3_inner_loop.sweep --dtype fp32 --configs ..."
+        sweep_report.table_sweep, name="part3_fp32", module="part3_inner_loop.tools.sweep --dtype fp32 --configs ..."
     ),
 }

@@ -1,18 +1,18 @@
 """The benchmark: parts against every SDPA backend, checked before timed.
 
-    python -m common.bench                      # every part with a kernel, the full grid, on a GPU
-    python -m common.bench --part 1             # one part (SDPA baselines are always timed alongside)
-    python -m common.bench --mode fwd --mode fwd+bwd --mode bwd
-    python -m common.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
-    python -m common.bench --part 5 --sdpa cudnn --fa4   # FlashAttention-4 too, where flash-attn-4 is installed
-    python -m common.bench --d 128 --causal 1 --n 2048 --no-sdpa   # one shape of the grid, the parts alone
-    python -m common.bench --part 5 --sdpa cudnn --repeat 3   # three whole runs, one after another
+    python -m lab.bench                      # every part with a kernel, the full grid, on a GPU
+    python -m lab.bench --part 1             # one part (SDPA baselines are always timed alongside)
+    python -m lab.bench --mode fwd --mode fwd+bwd --mode bwd
+    python -m lab.bench --part 4 --flex        # FlexAttention too (compiled per shape: slow to start)
+    python -m lab.bench --part 5 --sdpa cudnn --fa4   # FlashAttention-4 too, where flash-attn-4 is installed
+    python -m lab.bench --d 128 --causal 1 --n 2048 --no-sdpa   # one shape of the grid, the parts alone
+    python -m lab.bench --part 5 --sdpa cudnn --repeat 3   # three whole runs, one after another
 
 Protocol: B=4, H=8, D in {64, 128}, N in {512 ... 16384}, causal and not, bf16; FLOPs 4*B*H*N*N*D,
 halved for causal, the backward 2.5x the forward. Modes: fwd (the default) times the forward;
 fwd+bwd the forward and the gradients of Q, K and V; bwd the backward alone, re-run on one retained
 graph. Each implementation is first checked against the float64 reference on two (batch, head)
-slices of the inputs it is timed on; one that fails is not timed. Timing: common.timing.time_ms (the
+slices of the inputs it is timed on; one that fails is not timed. Timing: lab.timing.time_ms (the
 protocol) and CUDA-graph replay (GPU time without the Python launch cost). Rows go to
 results/<gpu>/bench.csv (a row replaces an older one of its key); with --repeat R the grid runs R
 times and bench_runs.csv keeps every run's rows, numbered 1 to R. Without a GPU: checks each part's
@@ -26,11 +26,12 @@ import sys
 
 import torch
 
-from common import parts, results, runtime
+from common import parts, runtime
 from common.check import check_slices, verdict
-from common.impls import FA4, FLEX, SDPA_BACKENDS, fa4_impl, flex_impl, part_impl, sdpa_impl
 from common.inputs import Shape, make_inputs
-from common.timing import attention_flops, graph_time_ms, tflops, time_ms
+from lab import results
+from lab.impls import FA4, FLEX, SDPA_BACKENDS, fa4_impl, flex_impl, part_impl, sdpa_impl
+from lab.timing import attention_flops, graph_time_ms, tflops, time_ms
 
 B, H = 4, 8
 HEAD_DIMS = (64, 128)

@@ -1,7 +1,7 @@
-"""Part 4's sweep: common/sweep.py (part 2's sweep) run on the two backward kernels.
+"""Part 4's sweep: lab/sweep.py (part 2's sweep) run on the two backward kernels.
 
-    python -m part4_backward.sweep --kernel dkdv   # the dK/dV kernel: results/<gpu>/part4_dkdv_sweep.csv
-    python -m part4_backward.sweep --kernel dq     # the dQ kernel:    results/<gpu>/part4_dq_sweep.csv
+    python -m part4_backward.tools.sweep --kernel dkdv   # the dK/dV kernel: results/<gpu>/part4_dkdv_sweep.csv
+    python -m part4_backward.tools.sweep --kernel dq     # the dQ kernel:    results/<gpu>/part4_dq_sweep.csv
 
 Each backward kernel holds two tiles for its whole loop and streams two others (bwd_smem_bytes in
 flash_attention.py), and keeps two float32 accumulators of its held tile plus two score-sized tiles
@@ -15,10 +15,11 @@ import sys
 
 import torch
 
-from common import runtime, sweep
+from common import runtime
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
+from lab import sweep
 
 
 class Backward(sweep.SweepTarget):

@@ -1,7 +1,7 @@
 """Results CSVs -> README tables, results logs and plots; code files -> README excerpts. Nothing here measures.
 
-    python -m common.report               # from results/h200/ (make report)
-    python -m common.report --gpu rtx-4090   # another GPU: results/rtx-4090/summary.md, not the READMEs
+    python -m lab.report               # from results/h200/ (make report)
+    python -m lab.report --gpu rtx-4090   # another GPU: results/rtx-4090/summary.md, not the READMEs
 
 A README, and a part's results log (results/<gpu>/part<N>_log.md: every table about the part, each under a
 heading and a sentence saying what it measured; a GPU folder's logs start as copies of results/h200/'s),
@@ -11,7 +11,7 @@ carries generated blocks between markers, each marker a line of its own:
     <!-- code:PATH:NAME -->  ...a ```python block...  <!-- /code:PATH:NAME -->
 
 A results block is all_tables()[NAME](gpu_dir) -> markdown: the bench.csv tables here, then each part's report
-module's TABLES (part<N>_*/report.py or part<N>_*/tools/report.py, whose draw(gpu_dir) draws its plots). Every
+module's TABLES (part<N>_*/tools/report.py, whose draw(gpu_dir) draws its plots). Every
 table starts with its provenance line: the GPU, versions, commits and dates of its rows and the command that
 regenerates them.
 
@@ -32,10 +32,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from common import ROOT, coldstart, parts, results, steps, targets, train_step
-from common.impls import FLEX, impl_label
-from common.results import PANELS, read_csv, table_block, yes_no  # PANELS, yes_no: for the parts too
-from common.timing import attention_flops
+from common import ROOT, parts, steps
+from lab import coldstart, results, targets, train_step
+from lab.impls import FLEX, impl_label
+from lab.results import PANELS, read_csv, table_block, yes_no  # PANELS, yes_no: for the parts too
+from lab.timing import attention_flops
 
 MARKER = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
 CODE = re.compile(r"^(<!-- code:([^\n]+?) -->\n)(?:(.*?)(<!-- /code:\2 -->))?", re.S | re.M)  # 4: None if not closed
@@ -368,8 +369,8 @@ def _part_modules(names):
 
 
 def part_reports():
-    """Each part's report module (part<N>_*/report.py or part<N>_*/tools/report.py), in part order."""
-    return _part_modules(("report", "tools.report"))
+    """Each part's report module (part<N>_*/tools/report.py), in part order."""
+    return _part_modules(("tools.report",))
 
 
 def all_tables(reports):
@@ -499,7 +500,7 @@ def main(argv=None):
         *(train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []),
         *(path for module in reports for path in module.draw(gpu_dir)),
         # pictures drawn from code: draw() -> files
-        *(path for module in _part_modules(("figures", "tools.figures")) for path in module.draw()),
+        *(path for module in _part_modules(("figures",)) for path in module.draw()),
     ]
     for path in drawn:
         print(f"drew {results.shown(path)}")

@@ -1,6 +1,6 @@
 """The roofline: every profiled kernel pass against the ceilings measured on the same GPU.
 
-    python -m part5_profiling.roofline     # any machine: draws results/<gpu>/part5_roofline.png
+    python -m part5_profiling.tools.roofline     # any machine: draws results/<gpu>/part5_roofline.png
 
 Reads results/<gpu>/part5_ceilings.csv (ceilings.py) and part5_profile.csv (profile.py). A point is
 one pass (forward or backward) of one target at one shape: its performance is the pass's FLOPs (as
@@ -15,10 +15,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import results
-from common.impls import impl_label
-from common.results import read_csv
-from common.timing import attention_flops
+from lab import results
+from lab.impls import impl_label
+from lab.results import read_csv
+from lab.timing import attention_flops
 
 B, H, N = 4, 8, 4096
 BF16, F32 = 2, 4

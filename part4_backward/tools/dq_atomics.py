@@ -1,6 +1,6 @@
 """dQ two ways: the deterministic second pass (part 4's) against FlashAttention-2's atomics.
 
-    python -m part4_backward.dq_atomics    # GPU: results/<gpu>/part4_dq_atomics.csv
+    python -m part4_backward.tools.dq_atomics    # GPU: results/<gpu>/part4_dq_atomics.csv
 
 The atomics are a patch on part 4's kernel, tools/variants/atomic_dq.diff: the dK/dV kernel adds
 each dS_ij K_j into a float32 dQ with atomics (ATOMIC_DQ), and the dQ kernel is not launched;
@@ -15,10 +15,11 @@ import sys
 
 import torch
 
-from common import results, steps, study
-from common.bench import each_shape
+from common import steps
 from common.check import check_slices
-from common.timing import attention_flops, tflops, time_ms
+from lab import results, study
+from lab.bench import each_shape
+from lab.timing import attention_flops, tflops, time_ms
 
 B, H = 4, 8
 SEQ_LENS = (1024, 4096)

@@ -1,6 +1,6 @@
 """Part 5's figure: the Gluon forward's warp roles, its K/V ring, and one step of a warpgroup.
 
-    python -m part5_profiling.tools.figures     # draws part5_profiling/tools/gluon_ring.png and gluon_step.png
+    python -m part5_profiling.figures     # draws part5_profiling/gluon_ring.png and gluon_step.png
 
 Drawn from gluon_attention.py, which imports without a GPU: the warpgroup count, STAGES, ROWS and
 BLOCK_N from its constants (CONFIGS[128], the D = 128 configuration), the order of one step from

@@ -1,11 +1,10 @@
-"""Part 3's tables and figures (common/report.py puts them in the README and the results log): its sweep,
+"""Part 3's tables and figures (lab/report.py puts them in the README and the results log): its sweep,
 the ablation (part 2 -> part 3 one change at a time), the tile-skipping picture."""
 
-from common import sweep_report
-from common.report import PANELS, per_shape, plot, tflops
-from common.results import read_csv, table_block
-from part3_inner_loop import tiles
-from part3_inner_loop.ablation import LABELS
+from lab import sweep_report
+from lab.report import PANELS, per_shape, plot, tflops
+from lab.results import read_csv, table_block
+from part3_inner_loop.tools.ablation import LABELS
 
 
 def _ablation(gpu_dir):
@@ -24,7 +23,12 @@ def table_ablation(gpu_dir):
     caption = "Forward TFLOP/s, B=4, H=8, bf16, do_bench (the protocol); each column adds one change to the one before:"
     body, header = per_shape((4096, 16384), cells), ["D", "causal", "N", *LABELS]
     return table_block(
-        rows, "python -m part3_inner_loop.ablation && make report", caption, header, body, "llr" + "r" * len(LABELS)
+        rows,
+        "python -m part3_inner_loop.tools.ablation && make report",
+        caption,
+        header,
+        body,
+        "llr" + "r" * len(LABELS),
     )
 
 
@@ -43,7 +47,7 @@ def table_step_gains(gpu_dir):
         f"Speed-up of each step over the one before (do_bench), smallest to largest over N = {', '.join(map(str, ns))}:"
     )
     header = ["step", *(f"D={d}{' causal' if c else ''}" for d, c in PANELS)]
-    return table_block(rows, "python -m part3_inner_loop.ablation && make report", caption, header, body, "lrrrr")
+    return table_block(rows, "python -m part3_inner_loop.tools.ablation && make report", caption, header, body, "lrrrr")
 
 
 def ablation_figure(rows):
@@ -67,14 +71,13 @@ def ablation_figure(rows):
 
 def draw(gpu_dir):
     return [
-        tiles.draw(),
         *sweep_report.draw_heatmaps(gpu_dir, "part3", "Part 3"),
         *plot(gpu_dir, "part3_ablation.csv", "part3_ablation.png", ablation_figure),
     ]
 
 
 TABLES = {
-    "part3-sweep": lambda g: sweep_report.table_sweep(g, "part3", "part3_inner_loop.sweep"),
+    "part3-sweep": lambda g: sweep_report.table_sweep(g, "part3", "part3_inner_loop.tools.sweep"),
     "part3-ablation": table_ablation,
     "part3-step-gains": table_step_gains,
 }

@@ -1,7 +1,7 @@
 """Part 3's ablation: part 2's kernel, then part 3's changes added one at a time, all timed in one run.
 
-    python -m part3_inner_loop.ablation            # GPU: results/<gpu>/part3_ablation.csv
-    python -m part3_inner_loop.ablation --show 3   # print step 3's kernel source (any machine)
+    python -m part3_inner_loop.tools.ablation            # GPU: results/<gpu>/part3_ablation.csv
+    python -m part3_inner_loop.tools.ablation --show 3   # print step 3's kernel source (any machine)
 
 Each step is a kernel file: part 2's flash_attention.py with the patches in steps/ applied in order
 (common/steps.py), one change per patch (read them: each is that change and nothing else). Applying all of them gives
@@ -14,7 +14,8 @@ it is timed on, then timed like the benchmark (do_bench median, and CUDA-graph r
 import argparse
 import sys
 
-from common import parts, results, steps, study
+from common import parts, steps
+from lab import results, study
 
 LABELS = ["part 2", "+ causal skip", "+ exp2", "+ masks only where needed", "+ work balance", "+ retuned tiles"]
 SEQ_LENS = (1024, 4096, 16384)

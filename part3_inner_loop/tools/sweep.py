@@ -1,6 +1,6 @@
-"""Part 3's sweep: common/sweep.py (part 2's sweep) run on part 3's forward.
+"""Part 3's sweep: lab/sweep.py (part 2's sweep) run on part 3's forward.
 
-    python -m part3_inner_loop.sweep               # D 64 and 128, causal and not, bf16, B=4, H=8, N=4096
+    python -m part3_inner_loop.tools.sweep               # D 64 and 128, causal and not, bf16, B=4, H=8, N=4096
 
 The best tiles change once the inner loop changes: causal programs now stop at the diagonal, and
 interior tiles carry no masks. Only the launch differs from part 2's (one grid axis, N_SEQS), and
@@ -11,7 +11,7 @@ part3_heatmaps.png, and prints the winners as triton.Config lines for TUNED.
 
 import sys
 
-from common import sweep
+from lab import sweep
 
 
 class Forward(sweep.ForwardTarget):

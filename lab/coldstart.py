@@ -1,9 +1,9 @@
 """Cold start: what a part's first calls cost in a fresh process with an empty Triton cache.
 
-    python -m common.coldstart                          # every Triton part (make coldstart)
-    python -m common.coldstart --part 2 --dtype fp32 --causal 0 --shape small --timeout 60
-    python -m common.coldstart --parallel 8             # eight processes at once, each with its own cache
-    python -m common.coldstart --autotune --part 2      # part 2's autotuner, cold and warm (make autotune)
+    python -m lab.coldstart                          # every Triton part (make coldstart)
+    python -m lab.coldstart --part 2 --dtype fp32 --causal 0 --shape small --timeout 60
+    python -m lab.coldstart --parallel 8             # eight processes at once, each with its own cache
+    python -m lab.coldstart --autotune --part 2      # part 2's autotuner, cold and warm (make autotune)
 
 A first call compiles its kernels (an @triton.autotune kernel also compiles and times every
 configuration left after pruning). Triton keeps what it compiled on disk, so each job runs in a new
@@ -66,12 +66,12 @@ def leave():
 
 def _timed(tuners, sync, call):
     """(call()'s value, its seconds up to a synchronize, how many configurations the autotuners
-    `tuners` timed during it: common.triton_tools.timed_configs)."""
-    from common import triton_tools
+    `tuners` timed during it: lab.compiler.timed_configs)."""
+    from lab import compiler  # here: the parent process never imports torch
 
     out = []
     start = time.perf_counter()
-    configs = triton_tools.timed_configs(tuners, lambda: (out.append(call()), sync()))
+    configs = compiler.timed_configs(tuners, lambda: (out.append(call()), sync()))
     return out[0], time.perf_counter() - start, configs
 
 
@@ -134,7 +134,7 @@ def autotune_child(part):
     import torch
 
     from common.inputs import Shape, make_inputs
-    from common.timing import time_ms
+    from lab.timing import time_ms
 
     module, tuners, device, sync = _loaded(part)
     if not tuners:
@@ -216,9 +216,9 @@ def order(row):
 def autotune(numbers, timeout):
     """--autotune: per part, the cold-cache process, then the warm-disk-cache one on the same cache;
     writes results/<gpu>/part<N>_autotune.csv. Returns the exit status."""
-    from common import results
+    from lab import results
 
-    code = "from common.coldstart import autotune_child, leave; autotune_child({}); leave()"
+    code = "from lab.coldstart import autotune_child, leave; autotune_child({}); leave()"
     status = 0
     for n in numbers:
         rows = []
@@ -274,7 +274,8 @@ def arguments(argv, compiled):
 def main(argv=None):
     """Run every job, --parallel at a time, each in a fresh process with an empty cache; the file is
     written after each one, so a run cut short keeps what it measured. Or --autotune."""
-    from common import results, runtime
+    from common import runtime
+    from lab import results
 
     args = arguments(argv, runtime.COMPILED)
     if args.autotune:
@@ -284,7 +285,7 @@ def main(argv=None):
     device = runtime.DEVICE.type + ("" if runtime.COMPILED else ", interpreter")
     meta = dict(results.provenance(), device=device, parallel=args.parallel, timeout=f"{args.timeout:g}")
     rows, todo, path = [], jobs(args), results.results_dir() / FILENAME
-    code = "from common.coldstart import child, leave; child({!r}); leave()"
+    code = "from lab.coldstart import child, leave; child({!r}); leave()"
     print(f"{len(todo)} fresh processes, {args.parallel} at a time, each with an empty Triton cache")
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
         running = {pool.submit(run_process, code.format(job), args.timeout): job for job in todo}
@@ -302,7 +303,7 @@ def table(gpu_dir):
     """cold_start.csv as a table: per part, dtype, causal flag and shape, the newest process's first
     forward, first backward and second call, with its commit; below, each part's four calls. A later
     run replaces a line; the earlier runs stay in the CSV, each row with its commit."""
-    from common.results import markdown_table, provenance_line, read_csv
+    from lab.results import markdown_table, provenance_line, read_csv
 
     names = ("part", "scenario", "dtype", "shape", "causal")  # a group: one line, one process per run
     runs = {}  # group -> {(date, commit): {step: row}}

@@ -1,17 +1,17 @@
-"""Part 4's tables and figures (common/report.py puts them in the README and the results log): forward +
+"""Part 4's tables and figures (lab/report.py puts them in the README and the results log): forward +
 backward and backward alone against part 3 (the PyTorch backward) and SDPA, the two backward sweeps, dQ
 by a second pass or by atomics, peak memory."""
 
-from common import sweep_report
-from common.impls import FLEX, impl_label
-from common.report import per_shape, plot, tflops, tflops_index, versus, yes_no
-from common.results import read_csv, table_block
-from part4_backward.dq_atomics import REPEATS
+from lab import sweep_report
+from lab.impls import FLEX, impl_label
+from lab.report import per_shape, plot, tflops, tflops_index, versus, yes_no
+from lab.results import read_csv, table_block
+from part4_backward.tools.dq_atomics import REPEATS
 
 
 def table_mode(gpu_dir, mode):
     """Part 4 in one mode (fwd+bwd or bwd) against part 3 and SDPA flash and cuDNN, at every N; and
-    against FlexAttention where the CSV has it (`python -m common.bench --flex`)."""
+    against FlexAttention where the CSV has it (`python -m lab.bench --flex`)."""
     rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["mode"] == mode]
     idx, flex = tflops_index(rows, mode=mode), any(r["impl"] == FLEX for r in rows)
     impls = ["part3", "part4", "sdpa_flash", "sdpa_cudnn", *[FLEX] * flex]
@@ -21,7 +21,7 @@ def table_mode(gpu_dir, mode):
         "the forward's FLOPs), B=4, H=8, bf16; part 3 runs the tiled PyTorch backward of parts 0-3, up to N = 4096:"
     )
     body = per_shape(sorted({r["N"] for r in rows}), lambda *shape: cells(*shape) if ("part4", *shape) in idx else None)
-    compared, command = [r for r in rows if r["impl"] in impls], f"python -m common.bench --mode {mode} && make report"
+    compared, command = [r for r in rows if r["impl"] in impls], f"python -m lab.bench --mode {mode} && make report"
     return table_block(compared, command, caption, ["D", "causal", "N", *cols], body, "llr" + "r" * len(cols))
 
 
@@ -41,7 +41,9 @@ def table_dq(gpu_dir):
     header = ["D", "causal", "N", *(f"{x}, TFLOP/s" for x in v), "atomics / second pass"]
     header += [*(f"{x}: same bits, {REPEATS} runs" for x in v), "atomics: largest run-to-run change of dQ"]
     caption = "The backward alone (flash_backward from the saved O and L), bf16, B=4, H=8:"
-    return table_block(rows, "python -m part4_backward.dq_atomics && make report", caption, header, body, "llrrrrllr")
+    return table_block(
+        rows, "python -m part4_backward.tools.dq_atomics && make report", caption, header, body, "llrrrrllr"
+    )
 
 
 def table_memory(gpu_dir):
@@ -55,7 +57,9 @@ def table_memory(gpu_dir):
         f"D={r0['D']}, bf16, non-causal):"
     )
     header = ["N", *map(impl_label, impls)]
-    return table_block(rows, "python -m part4_backward.memory && make report", caption, header, body, "r" * len(header))
+    return table_block(
+        rows, "python -m part4_backward.tools.memory && make report", caption, header, body, "r" * len(header)
+    )
 
 
 def memory_figure(rows):
@@ -99,7 +103,7 @@ def table_fp32_dkdv(gpu_dir):
             label = f"**{label}**" if label == shipped else label
             body.append([d, yes_no(c), label, f"{r['tflops']:.1f}", r["spills"], f"{r['compile_s']:.1f}"])
     header = ["D", "causal", "configuration", "TFLOP/s", "spilled registers", "compile s"]
-    command = "python -m part4_backward.sweep --kernel dkdv --dtype fp32 --configs ... && make report"
+    command = "python -m part4_backward.tools.sweep --kernel dkdv --dtype fp32 --configs ... && make report"
     return table_block(rows, command, "", header, body, "lllrrr")
 
 
@@ -107,9 +111,9 @@ TABLES = {
     "part4-fwd-bwd": lambda g: table_mode(g, "fwd+bwd"),
     "part4-bwd": lambda g: table_mode(g, "bwd"),
     "part4-sweep-dkdv": lambda g: sweep_report.table_sweep(
-        g, "part4_dkdv", "part4_backward.sweep --kernel dkdv", "BLOCK_N"
+        g, "part4_dkdv", "part4_backward.tools.sweep --kernel dkdv", "BLOCK_N"
     ),
-    "part4-sweep-dq": lambda g: sweep_report.table_sweep(g, "part4_dq", "part4_backward.sweep --kernel dq"),
+    "part4-sweep-dq": lambda g: sweep_report.table_sweep(g, "part4_dq", "part4_backward.tools.sweep --kernel dq"),
     "part4-fp32-dkdv": table_fp32_dkdv,
     "part4-dq-atomics": table_dq,
     "part4-memory": table_memory,

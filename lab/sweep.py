@@ -1,6 +1,6 @@
 """The tile sweep: tile shapes, warp counts and pipeline depths of one kernel, each measured on the GPU.
 
-Part 2 introduces it for its forward (part2_tile_tuning/sweep.py); parts 3 and 4 run it on their own
+Part 2 introduces it for its forward (part2_tile_tuning/tools/sweep.py); parts 3 and 4 run it on their own
 kernels. A part describes its kernel as a SweepTarget and calls main(target, __doc__). Four steps:
 plan (the budget arithmetic prunes tiles that do not fit in one program's shared memory, the target's
 budget(), or whose float32 accumulators alone need more registers than a thread has); compile (the
@@ -23,10 +23,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
-from common import launch, parts, results, runtime, sweep_report, triton_tools
+from common import launch, parts, runtime, triton_tools
 from common.check import check_slices
 from common.inputs import Shape, make_inputs
-from common.timing import attention_flops, time_ms
+from lab import compiler, results, sweep_report
+from lab.timing import attention_flops, time_ms
 
 MAX_REGS = 255  # registers one thread can address
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -53,7 +54,7 @@ class SweepTarget:
     held = "BLOCK_M"  # the tile a program holds for its whole loop: one program per such tile and sequence
     B, H, N = 4, 8, 4096
     dtype = torch.bfloat16
-    mode = "fwd"  # which FLOPs the kernel does (common.timing.attention_flops): "bwd" for a backward kernel
+    mode = "fwd"  # which FLOPs the kernel does (lab.timing.attention_flops): "bwd" for a backward kernel
     blocks, warps, stages = (16, 32, 64, 128, 256), (2, 4, 8), (1, 2, 3, 4, 5)
     configs = None  # a list of (BLOCK_M, BLOCK_N, num_warps, num_stages) to sweep instead of the product
     outputs = ("O", "L")  # the tensors the kernel writes: poisoned with NaN before each checked launch
@@ -129,7 +130,7 @@ def compile_one(target, config):
     args, keywords = target.arguments(t, config)
     start = time.perf_counter()
     try:
-        compiled = triton_tools.compile_only(target.kernel(), args, target.grid(t, config), **keywords)
+        compiled = compiler.compile_only(target.kernel(), args, target.grid(t, config), **keywords)
         out = dict(compile_s=f"{time.perf_counter() - start:.2f}", smem_compiled=triton_tools.shared_memory(compiled))
         out["regs"], out["spills"] = triton_tools.load(compiled)
         return dict(out, status="compiled")
@@ -203,7 +204,7 @@ def device_limits():
     names = """name major minor multi_processor_count shared_memory_per_block shared_memory_per_block_optin
     shared_memory_per_multiprocessor regs_per_multiprocessor max_threads_per_multi_processor L2_cache_size
     total_memory warp_size"""
-    return {**{n: getattr(props, n, None) for n in names.split()}, "triton": triton_tools.device_properties()}
+    return {**{n: getattr(props, n, None) for n in names.split()}, "triton": compiler.device_properties()}
 
 
 def sweep(target, groups, workers, max_minutes):

@@ -16,11 +16,12 @@ import argparse
 
 import torch
 
-from common import bench, results, runtime
-from common.bench import each_shape
+from common import runtime
 from common.check import check_slices
-from common.impls import Impl
-from common.timing import graph_time_ms, tflops, time_ms
+from lab import bench, results
+from lab.bench import each_shape
+from lab.impls import Impl
+from lab.timing import graph_time_ms, tflops, time_ms
 
 
 def arguments(doc, argv=None, n=None, d=None, causal=False, extra=()):

@@ -1,6 +1,6 @@
 """Which key tiles each program of part 3's forward visits, and which of those need a mask.
 
-    python -m part3_inner_loop.tiles      # draws part3_inner_loop/tile_skipping.png
+    python -m part3_inner_loop.figures      # draws part3_inner_loop/tile_skipping.png
 
 key_tiles() is the kernel's loop bounds written in Python, and the picture is drawn from it; the
 tests check it against brute force (a tile is visited if and only if one of its keys is visible
@@ -9,7 +9,7 @@ to one of the program's queries; it is unmasked only if every key is visible to 
 
 from pathlib import Path
 
-PICTURE = Path(__file__).resolve().parent / "tile_skipping.png"
+HERE = Path(__file__).resolve().parent
 
 
 def key_tiles(q_start, block_m, block_n, n_keys, causal):
@@ -63,10 +63,13 @@ def figure():
     return fig
 
 
-def draw(path=PICTURE):
+def draw(folder=HERE):
+    """Draw the figure into folder (this part's folder by default); the paths written."""
+    path = Path(folder) / "tile_skipping.png"
     figure().savefig(path, dpi=90)
-    return path
+    return [path]
 
 
 if __name__ == "__main__":
-    print(f"drew {draw()}")
+    for path in draw():
+        print(f"drew {path}")

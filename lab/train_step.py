@@ -1,8 +1,8 @@
 """A small Llama (Hugging Face transformers) trained and run the way a user would, with SDPA and with
 the Triton parts through common/hf.py: a training step in three modes, and decoding.
 
-    python -m common.train_step              # a GPU: results/<gpu>/train_step.csv and decode.csv
-    python -m common.train_step --n 1024 --mode eager --part 4
+    python -m lab.train_step              # a GPU: results/<gpu>/train_step.csv and decode.csv
+    python -m lab.train_step --n 1024 --mode eager --part 4
 
 The model is built from a config in code, its weights random from one seed (nothing is downloaded):
 4 layers, hidden 512, 8 query heads of D = 64 sharing 2 key/value heads, an MLP of intermediate size
@@ -53,8 +53,9 @@ import types
 
 import torch
 
-from common import hf, parts, results, study
-from common.impls import impl_label
+from common import hf, parts
+from lab import results, study
+from lab.impls import impl_label
 
 SEQ_LENS = (1024, 2048, 4096)
 MODES = ("eager", "compiled", "cudagraphs")
@@ -138,7 +139,7 @@ def what_ran(impl, fn):
     the part's last forward launched, as the benchmark names it."""
     if impl.startswith("part"):
         return fn(), parts.forward_config(parts.load(int(impl.removeprefix("part"))))
-    from common import impls
+    from lab import impls
 
     out = []
     ran = impls.dispatched_backend(lambda: out.append(fn()))
@@ -371,7 +372,7 @@ def table(gpu_dir):
         f"the first {COMPARED} steps (same mode):"
     )
     header = ["N", "mode", "attention", "ran", "step ms", "x SDPA default", "step MiB", "loss diff", "check"]
-    provenance = results.provenance_line(rows, "python -m common.train_step && make report")
+    provenance = results.provenance_line(rows, "python -m lab.train_step && make report")
     return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rllrrrrrl")])
 
 
@@ -388,7 +389,7 @@ def decode_table(gpu_dir):
         "many of the first sequence's new tokens equal SDPA default's before the first that differs:"
     )
     header = ["batch", "attention", "tokens/s", "x SDPA default", "same tokens", "check"]
-    provenance = results.provenance_line(rows, "python -m common.train_step && make report")
+    provenance = results.provenance_line(rows, "python -m lab.train_step && make report")
     return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rlrrrl")])
 
 
@@ -407,9 +408,7 @@ def summary(gpu_dir):
         f"heads, {f['kv_heads']} key/value heads, B={f['B']}):"
     )
     table = results.markdown_table(header, body, "ll" + "r" * len(seq_lens))
-    return "\n".join(
-        [results.provenance_line(rows, "python -m common.train_step && make report"), "", caption, "", table]
-    )
+    return "\n".join([results.provenance_line(rows, "python -m lab.train_step && make report"), "", caption, "", table])
 
 
 def draw(gpu_dir):

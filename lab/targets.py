@@ -1,7 +1,7 @@
 """Will each part compile, and fit, on the GPUs readers have? Checked with Triton's own compiler, no GPU needed.
 
-    python -m common.targets              # every configuration on every target (make targets): a CSV and a table
-    python -m common.targets --quick      # CI: the smallest configuration of each kernel, D and target,
+    python -m lab.targets              # every configuration on every target (make targets): a CSV and a table
+    python -m lab.targets --quick      # CI: the smallest configuration of each kernel, D and target,
                                           #     bf16, causal (the one that must fit), in minutes
 
 Every Triton part's kernels are compiled for sm_80 (A100), sm_86 (RTX 30), sm_89 (RTX 40), sm_90
@@ -32,7 +32,8 @@ if __name__ == "__main__":  # compile for real, even without a GPU: set before a
     os.environ["TRITON_INTERPRET"] = "0"
 import torch  # noqa: E402
 
-from common import PROVENANCE, ROOT, launch, parts, results, triton_tools  # noqa: E402
+from common import PROVENANCE, ROOT, launch, parts, triton_tools  # noqa: E402
+from lab import results
 
 KB = 1024
 TARGETS = {  # name: (compute capability, shared memory one program may use (opt-in), the GPUs)
@@ -296,7 +297,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said (it warns otherwise)
     if os.environ.get("TRITON_INTERPRET") != "0":
-        raise SystemExit("common.targets compiles for real: run it as `python -m common.targets` (TRITON_INTERPRET=0)")
+        raise SystemExit("lab.targets compiles for real: run it as `python -m lab.targets` (TRITON_INTERPRET=0)")
     numbers = args.part or [n for n in parts.available() if parts.uses_triton(n)]
     rows = run(numbers, args.quick)
     path = args.csv or (None if args.quick else CSV)

@@ -55,7 +55,7 @@ def commit():
 
 def provenance():
     """What every written row carries: this machine's GPU and versions, the commit, the date (UTC)
-    and the command line that is running, as typed (`python -m common.bench --part 1`)."""
+    and the command line that is running, as typed (`python -m lab.bench --part 1`)."""
     return dict(
         gpu=runtime.gpu_name(),
         torch=torch.__version__,

@@ -1,12 +1,12 @@
 """A sweep's tables and heatmaps from its files in results/<gpu>/ (<name>_sweep.csv, <name>_device.json,
-written by common/sweep.py): the fastest configurations with what the compiler made of them, a few tile
+written by lab/sweep.py): the fastest configurations with what the compiler made of them, a few tile
 shapes at their best, pipeline depth, the budget against the compiled shared memory, a heatmap per (D, causal).
 """
 
 import json
 from collections import Counter
 
-from common.results import PANELS, provenance_line, read_csv, table_block, yes_no
+from lab.results import PANELS, provenance_line, read_csv, table_block, yes_no
 
 # A heatmap cell with no passing configuration shows why, in a word: the first of these that happened.
 REASONS = {
