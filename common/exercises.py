@@ -171,7 +171,9 @@ def rebase(n, rev):
             grade=" ".join(f'"{a}"' if " " in a else a for a in exercise.grade),
             time=exercise.time,
         )
-        rewritten.append(write(n, exercise.target.as_posix(), handout, exercise.name, **fields))
+        before = exercise.path.read_text()
+        if write(n, exercise.target.as_posix(), handout, exercise.name, **fields).path.read_text() != before:
+            rewritten.append(exercise)
     return rewritten
 
 

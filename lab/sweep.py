@@ -241,7 +241,7 @@ def parse_config(text):
 
 
 def main(target, description, argv=None):
-    """The command line of a part's sweep.py: its description and its target, or {--kernel choice:
+    """The command line of a part's tools/sweep.py: its description and its target, or {--kernel choice:
     target} for a part with several kernels to sweep (part 4's two backward kernels)."""
     ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     if isinstance(target, dict):

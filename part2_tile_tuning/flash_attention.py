@@ -1,7 +1,7 @@
 """Part 2: tile tuning. Part 1's kernel, unchanged, with tile sizes, warps and stages autotuned.
 
 The kernel body is part 1's line for line; only the launch changes. @triton.autotune times each
-configuration in CONFIGS (sweep.py's best, less those that do not fit in shared memory) the first
+configuration in CONFIGS (tools/sweep.py's best, less those that do not fit in shared memory) the first
 time it meets a shape class (dtype, D, causal, the power of two above N) and keeps the fastest.
 
 Run:  make test PART=2   |   make bench PART=2   |   python -m part2_tile_tuning.tools.sweep (GPU)

@@ -4,7 +4,7 @@ replacing the tiled PyTorch backward of parts 0-3 (thousands of small launches p
 - _attn_bwd_preprocess: D = rowsum(dO * O), which makes the softmax gradient tile-local;
 - _attn_bwd_dkdv: one program per key tile accumulates dK_j and dV_j over the query tiles;
 - _attn_bwd_dq: one program per query tile accumulates dQ_i over the key tiles. Deterministic:
-  no atomics, so the same inputs give the same bits (dq_atomics.py times FlashAttention-2's
+  no atomics, so the same inputs give the same bits (tools/dq_atomics.py times FlashAttention-2's
   alternative, dQ added with atomics by the dK/dV kernel: tools/variants/atomic_dq.diff).
 
 Both loops recompute P = exp(S - L) from the forward's L, skip the tiles causality hides, and

@@ -221,6 +221,8 @@ def step_line(name):
             text += ", ".join(cells)
             if last is not None and last.get("tensor_pipe_pct") is not None:
                 text += f"; tensor pipe {last['tensor_pipe_pct']:.0f}%, top stall {last['stall_1']} {last['stall_1_value']:.1f}"
+                if last.get("warps_active_pct") is not None:  # achieved occupancy, of the SM's 64 warps
+                    text += f", warps active {last['warps_active_pct']:.0f}%"
             moved = []
             for d, c in shapes:
                 now, prev = compiled.get((name, kind, d, c)), compiled.get((before, kind, d, c))
