@@ -298,62 +298,13 @@ def main(argv=None):
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
-# ------------------------------------------------------------------------------------ the table
+# ------------------------------------------------------------------------------------ the log's line
 def table(gpu_dir):
-    """cold_start.csv as a table: per part, dtype, causal flag and shape, the newest process's first
-    forward, first backward and second call, with its commit; below, each part's four calls. A later
-    run replaces a line; the earlier runs stay in the CSV, each row with its commit."""
-    from lab.results import markdown_table, provenance_line, read_csv
+    """Part 2's log names cold_start.csv's runs in one line: no README shows the every-part matrix (the
+    run prints it; part 2's README shows the autotuner's first call, part2_autotune.csv)."""
+    from lab.results import study_line
 
-    names = ("part", "scenario", "dtype", "shape", "causal")  # a group: one line, one process per run
-    runs = {}  # group -> {(date, commit): {step: row}}
-    for r in read_csv(gpu_dir / FILENAME):
-        runs.setdefault(tuple(r[c] for c in names), {}).setdefault((str(r["date"]), r["commit"]), {})[r["step"]] = r
-    newest = {group: max(by_run.items()) for group, by_run in runs.items()}  # group -> ((date, commit), steps)
-    groups = sorted(newest, key=lambda g: order(dict(zip(names, g), step="", date="")))
-
-    def cell(steps, step):
-        if step in steps:
-            return f"{steps[step]['seconds']:.3g}"
-        process = steps.get("process", {})
-        status = str(process.get("status") or "")
-        if status.startswith("timeout"):
-            return f"> {process['timeout']:g} (killed)" if process.get("timeout") else "timed out"
-        return "error" if status.startswith("error") else "—"
-
-    def lines(scenario, steps, label):
-        chosen = [g for g in groups if g[1] == scenario and (scenario == ONE or g[4] is None)]
-        return [[*label(g), *(cell(newest[g][1], s) for s in steps), newest[g][0][1]] for g in chosen]
-
-    shape = lambda name: str((*SHAPES[name][0], *SHAPES[name][1:]))  # noqa: E731
-    one = lines(ONE, (*FIRST, "second call"), lambda g: (g[0], g[2], "yes" if g[4] else "no", shape(g[3])))
-    four = lines(FOUR, ("import part", "four calls", "process"), lambda g: (g[0],))
-    shown = [r for g in groups for r in newest[g][1].values()]
-    caption = (
-        "Seconds in a fresh Python process whose Triton cache (TRITON_CACHE_DIR) is a new, empty folder, one process "
-        "per line (the newest; its commit in the last column): whatever the first call needs compiled, it compiles. "
-        "Second call: forward and backward again, nothing left to compile. Shapes: (batch, seq, D), and the "
-        "benchmark's (B, H, N, D)."
-    )
-    if any(r["gpu"] == "cpu" for r in shown):
-        caption += (
-            " On a CPU these are the times of Triton's interpreter, which compiles nothing: a first call is not "
-            "slower for compiling, and the times say nothing of a GPU's."
-        )
-    at_once = sorted({(r["commit"], r["parallel"]) for r in shown if r["parallel"] is not None})
-    caption += " Processes run at once: " + ", ".join(f"{j} ({c})" for c, j in at_once) + "." if at_once else ""
-    header = ["part", "dtype", "causal", "shape", "first forward", "first backward", "second call", "commit"]
-    out = [provenance_line(shown, "make coldstart && make report"), "", caption, ""]
-    out.append(markdown_table(header, one, "llllrrrl"))
-    if four:
-        out += [
-            "",
-            "Four calls in one fresh process (float32, (4, 128, 64): forward and backward, non-causal then causal): "
-            "importing the part, the four calls, and the whole process (Python's start included):",
-            "",
-            markdown_table(["part", "import part", "four calls", "process", "commit"], four, "lrrrl"),
-        ]
-    return "\n".join(out)
+    return study_line(gpu_dir / FILENAME, "make coldstart && make report")
 
 
 if __name__ == "__main__":

@@ -109,9 +109,27 @@ def progression(rows):
     return entries
 
 
+def progression_dir(gpu_dir):
+    """Where the progression comes from: for the READMEs (gpu_dir is LESSONS_GPU's folder), the results
+    folder whose bench.csv holds the newest run of parts 1-5 and cuDNN at PROGRESSION's shape in both
+    modes, so that the top README shows the kernels as they are, on the GPU that last measured them all;
+    for another GPU's summary, its own folder."""
+    if gpu_dir.name != LESSONS_GPU:
+        return gpu_dir
+    d, c, n = PROGRESSION.values()
+    needed = {(impl, mode) for impl in (BASE, *(f"part{k}" for k in parts.available() if k)) for mode in MODES}
+    newest = {}
+    for folder in sorted(p for p in gpu_dir.parent.iterdir() if (p / "bench.csv").exists()):
+        rows = [r for r in read_csv(folder / "bench.csv") if (r["D"], r["causal"], r["N"]) == (d, c, n)]
+        timed = [r for r in rows if r["ms"] is not None and (r["impl"], r["mode"]) in needed]
+        if {(r["impl"], r["mode"]) for r in timed} == needed:
+            newest[folder] = max(str(r["date"]) for r in timed if r["impl"] == "part5")
+    return max(newest, key=newest.get, default=gpu_dir)
+
+
 def table_progression(gpu_dir):
     """One row per part at one shape: forward, and forward + backward, each beside its share of cuDNN's."""
-    rows = read_csv(gpu_dir / "bench.csv")
+    rows = read_csv(progression_dir(gpu_dir) / "bench.csv")
     d, c, n = PROGRESSION.values()
     entries, body, shorter = progression(rows), [], []
     for e in entries:
@@ -377,7 +395,7 @@ def all_tables(reports):
     """{marker name: function(gpu_dir) -> markdown}: the tables above, then every part report's TABLES.
     CodeError if a name is taken twice (marker names are global)."""
     tables = {"cold-start": coldstart.table, "train-step": train_step.table, "train-step-summary": train_step.summary}
-    tables |= {"decode": train_step.decode_table, "targets": targets.table, "progression": table_progression}
+    tables |= {"targets": targets.table, "progression": table_progression}
     for n in parts.folders():
         tables |= {
             f"part{n}": functools.partial(table_part, part=n),
@@ -496,7 +514,7 @@ def main(argv=None):
         print("\n".join(e.args), file=sys.stderr)
         return 2
     drawn = [
-        *plot(gpu_dir, "bench.csv", "progression.png", progression_figure),  # the top README's chart
+        *plot(progression_dir(gpu_dir), "bench.csv", "progression.png", progression_figure),  # the top README's chart
         *(train_step.draw(gpu_dir) if (gpu_dir / "train_step.csv").exists() else []),
         *(path for module in reports for path in module.draw(gpu_dir)),
         # pictures drawn from code: draw() -> files

@@ -155,6 +155,15 @@ def provenance_line(rows, command):
     )
 
 
+def study_line(path, command):
+    """A study no README shows, as one line of its log: the provenance of the CSV's rows (GPU, versions,
+    commits, dates; `command` writes them) and how many there are, without a table."""
+    rows = read_csv(path)
+    return (
+        f"{provenance_line(rows, command)} `{path.name}` holds its {len(rows)} rows (not tabled: no README shows them)."
+    )
+
+
 def table_block(rows, command, caption, header, body, align=None):
     """A table as the READMEs show it: the rows' provenance line (`command` regenerates them), a caption, the table."""
     caption = [caption, ""] if caption else []

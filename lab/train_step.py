@@ -1,7 +1,7 @@
 """A small Llama (Hugging Face transformers) trained and run the way a user would, with SDPA and with
 the Triton parts through common/hf.py: a training step in three modes, and decoding.
 
-    python -m lab.train_step              # a GPU: results/<gpu>/train_step.csv and decode.csv
+    python -m lab.train_step              # a GPU: results/<gpu>/train_step.csv
     python -m lab.train_step --n 1024 --mode eager --part 4
 
 The model is built from a config in code, its weights random from one seed (nothing is downloaded):
@@ -37,18 +37,11 @@ vs_sdpa: the median over rounds of SDPA default's step time over this one's, in 
 (activations, gradients; the weights and the optimizer's state, resident, are not counted). losses:
 all STEPS. loss_diff: the largest |loss - SDPA default's loss| over the first 15 steps. check: "ok"
 if every loss is finite and loss_diff is within LOSS_TOLERANCE (below).
-
-Decoding (decode.csv): model.generate, greedy, the same prompt of PROMPT tokens for batch 1 and 8,
-NEW_TOKENS new tokens each (min_new_tokens: no early stop), eagerly, transformers' default dynamic
-cache; tokens_per_s: batch * NEW_TOKENS over the median of ROUNDS timed calls after one warm-up,
-implementations in turn in each round. same_tokens: how many of the first sequence's new tokens
-equal SDPA default's (bf16 rounding may turn a near tie in these random weights another way).
 """
 
 import gc
 import statistics
 import sys
-import time
 import types
 
 import torch
@@ -81,13 +74,9 @@ STEPS, WARMUP, COMPARED = 30, 5, 15
 LOSS_TOLERANCE = 0.005
 REFERENCE = "sdpa_default"
 REPEATED = "sdpa_repeat"
-PROMPT, NEW_TOKENS, DECODE_BATCHES, ROUNDS = 128, 256, (1, 8), 3
 FIELDS = ["impl", "mode", "B", "N", "layers", "hidden", "heads", "kv_heads", "D", "vocab", "dtype", "steps", "warmup",
           "step_ms", "step_mib", "vs_sdpa", "loss_diff", "attention", "check", "losses", *results.PROVENANCE]  # fmt: skip
 KEY = ("impl", "mode", "N")
-DECODE_FIELDS = ["impl", "B", "prompt", "new_tokens", "tokens_per_s", "vs_sdpa", "same_tokens", "check",
-                 *results.PROVENANCE]  # fmt: skip
-DECODE_KEY = ("impl", "B")
 
 
 def label(impl):
@@ -262,70 +251,6 @@ def run(part_numbers, seq_lens, modes, save=None):
     return rows
 
 
-def generate(model, ids):
-    """model.generate's greedy new tokens for ids, NEW_TOKENS of them. The attention mask says no
-    padding (a pad token id alone would make every copy of that token padding)."""
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=NEW_TOKENS,
-        min_new_tokens=NEW_TOKENS,
-        do_sample=False,
-        pad_token_id=0,
-    )
-    return out[:, ids.shape[1] :]
-
-
-def decode(part_numbers, save=None):
-    """decode.csv's rows: tokens per second of greedy generation, batch 1 and 8, SDPA and each part."""
-    meta, rows = results.provenance(), []
-    impls = {i: a for i, a in implementations(part_numbers).items() if i != REPEATED}
-    for b in DECODE_BATCHES:
-        ids = batches(PROMPT, steps=1, b=b)[0].to("cuda")
-        models, tokens, times, group = {}, {}, {}, []
-        for impl, attention in impls.items():
-            try:
-                models[impl] = hf.llama(attn_implementation=attention, seed=SEED, **CONFIG).to("cuda", torch.bfloat16)
-                models[impl].eval()
-                with torch.no_grad():
-                    tokens[impl] = generate(models[impl], ids)  # the warm-up call
-            except Exception as e:
-                models.pop(impl, None)
-                group.append(dict(impl=impl, B=b, check=f"error: {results.why(e)}"))
-        for _ in range(ROUNDS):
-            for impl, model in models.items():
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    generate(model, ids)
-                torch.cuda.synchronize()
-                times.setdefault(impl, []).append(time.perf_counter() - t0)
-        for impl in models:
-            same = int((tokens[impl][0] == tokens[REFERENCE][0]).cumprod(0).sum()) if REFERENCE in tokens else None
-            ratios = [a / b for a, b in zip(times.get(REFERENCE, []), times[impl])]
-            group.append(
-                dict(
-                    impl=impl,
-                    B=b,
-                    tokens_per_s=f"{b * NEW_TOKENS / statistics.median(times[impl]):.0f}",
-                    vs_sdpa=f"{statistics.median(ratios):.3f}" if ratios else None,
-                    same_tokens=same,
-                    check="ok: generated" if tokens[impl].shape == (b, NEW_TOKENS) else "FAIL: wrong number of tokens",
-                )
-            )
-        for r in group:
-            r.update(prompt=PROMPT, new_tokens=NEW_TOKENS, **meta)
-            print(f"decode B={b} {label(r['impl']):<28} {r.get('tokens_per_s') or '-':>8} tokens/s  "
-                  f"x{r.get('vs_sdpa') or '-':<6} same tokens {r.get('same_tokens')}  {r['check'][:40]}", flush=True)  # fmt: skip
-        rows += group
-        del models
-        gc.collect()
-        torch.cuda.empty_cache()
-        if save is not None:
-            save(rows)
-    return rows
-
-
 def compare(losses, reference):
     """loss_diff and check for one run's losses against SDPA default's (None: it did not run)."""
     if not all(abs(x) < float("inf") for x in losses):  # inf, or nan (every comparison with nan is False)
@@ -376,23 +301,6 @@ def table(gpu_dir):
     return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rllrrrrrl")])
 
 
-def decode_table(gpu_dir):
-    """Per batch and implementation: tokens per second generating greedily, against SDPA default's."""
-    rows = sorted(results.read_csv(gpu_dir / "decode.csv"), key=lambda r: (r["B"], _order(r["impl"])))
-    body = [[r["B"], label(r["impl"]), _cell(r["tokens_per_s"], "{:,.0f}"), _cell(r["vs_sdpa"], "{:.2f}x"),
-             _cell(r["same_tokens"], "{}"), str(r["check"]).split(":")[0]] for r in rows]  # fmt: skip
-    f = rows[0]
-    caption = (
-        f"model.generate, greedy, eager, transformers' dynamic cache, the training benchmark's model (random weights): "
-        f"a prompt of {f['prompt']} tokens and {f['new_tokens']} new tokens per sequence; tokens per second over the "
-        "batch (the median of the timed calls, the implementations taking turns), its ratio to SDPA default's, and how "
-        "many of the first sequence's new tokens equal SDPA default's before the first that differs:"
-    )
-    header = ["batch", "attention", "tokens/s", "x SDPA default", "same tokens", "check"]
-    provenance = results.provenance_line(rows, "python -m lab.train_step && make report")
-    return "\n".join([provenance, "", caption, "", results.markdown_table(header, body, "rlrrrl")])
-
-
 def summary(gpu_dir):
     """The README's table: each part's paired step-time ratio to SDPA default per mode and N."""
     rows = [r for r in results.read_csv(gpu_dir / "train_step.csv") if r["impl"].startswith("part")]
@@ -440,7 +348,6 @@ def main(argv=None):
     extra = [
         (("--part",), dict(type=int, action="append", help="part number (repeatable); default: the last part")),
         (("--mode",), dict(action="append", choices=MODES, help="(repeatable); default all three")),
-        (("--only",), dict(choices=("train", "decode"), help="the training steps or the decoding only; default both")),
     ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, extra=extra)
     try:
@@ -453,15 +360,8 @@ def main(argv=None):
     if not hf.available():
         print("The training-step benchmark needs transformers: pip install -e '.[model]'.")
         return 2
-    status = 0
-    if args.only != "decode":
-        train = lambda save: run(numbers, args.n, tuple(args.mode or MODES), save)  # noqa: E731
-        status |= results.write_as_measured("train_step.csv", FIELDS, train, key=KEY)
-    if args.only != "train":
-        status |= results.write_as_measured(
-            "decode.csv", DECODE_FIELDS, lambda save: decode(numbers, save), key=DECODE_KEY
-        )
-    return status
+    train = lambda save: run(numbers, args.n, tuple(args.mode or MODES), save)  # noqa: E731
+    return results.write_as_measured("train_step.csv", FIELDS, train, key=KEY)
 
 
 if __name__ == "__main__":

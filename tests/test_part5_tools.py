@@ -427,10 +427,11 @@ def test_part5_tables(tmp_path):
         ],
         candidates.COMPILED_FIELDS,
     )
-    table = report.table_compiled(tmp_path)  # part 4 first; spans over configurations and masks
-    assert table.index("| part 4 |") < table.index("| one loop |")
-    assert "| one loop | 128 | 2 of 2 | 1 | 4, 12 | 168-255 | 0-32 |" in table
-    assert "| two loops | 128 | 0 of 1 | 0 | — | — | — |" in table
+    line = report.TABLES["part5-compiled"](tmp_path)  # no README shows it: one line of the log, no table
+    assert "`part5_compiled.csv` holds its 4 rows" in line and "|" not in line and "sm_90" not in line
+    assert (
+        "Regenerate: `TRITON_INTERPRET=0 python -m part5_profiling.tools.candidates --compile && make report`" in line
+    )
 
     write_csv(
         tmp_path / "part5_bwd_candidates.csv",
@@ -449,9 +450,7 @@ def test_part5_tables(tmp_path):
         ],
         candidates.FIELDS,
     )
-    table = report.table_bwd_candidates(tmp_path)
-    assert "| 128 | yes | 4096 | 400 (1.00x) | 300 (0.75x) |" in table
-    assert "two calls: dQ by TMA reduce-add no, part 4 yes:" in table
+    assert "`part5_bwd_candidates.csv` holds its 2 rows" in report.TABLES["part5-bwd-candidates"](tmp_path)
 
     table = report.table_candidates(tmp_path)  # part 4 first; a wrong answer names its outputs
     assert "| part 4 | one warp-specialized loop | warp-specialized key loop |" in table
@@ -495,64 +494,10 @@ def test_part5_tables(tmp_path):
         ],
         gluon_study.BWD_FIELDS,
     )
-    table = report.table_gluon_bwd(tmp_path)  # part 4, part 5's kernel, the orders, then the rest in the CSV's order
-    assert (
-        "| D | causal | N | part 4 | Gluon, one pass | Gluon, sequence-minor | SDPA cuDNN | Gluon, no dQ (ablation) |"
-        in table
-    )
-    assert "| 128 | no | 4096 | 400 (0.80x) | 420 (0.84x) | 380 (0.76x) | 500 (1.00x) | 560 (1.12x) |" in table
+    assert "`part5_gluon_bwd.csv` holds its 5 rows" in report.TABLES["part5-gluon-bwd"](tmp_path)
 
 
-def test_targets_are_judged_on_the_median_of_runs(tmp_path):
-    """The targets table: each run's part 5 against the same run's cuDNN, the median decides, misses in bold."""
-    from lab import bench
-    from part5_profiling.tools import report
-
-    rows = []
-    # fwd+bwd at D = 64, no mask: N = 4096 runs at 0.95x, 1.05x, 1.02x of cuDNN (median 1.02: met); N = 1024 at
-    # 0.80x, 0.90x, 0.70x (median 0.80 under 0.85: missed). Graph replay is 1.0x everywhere.
-    for run, (r4096, r1024) in enumerate(((0.95, 0.80), (1.05, 0.90), (1.02, 0.70)), start=1):
-        for n, ratio in ((4096, r4096), (1024, r1024)):
-            for impl, ms in (("sdpa_cudnn", 1.0), ("part5", 1.0 / ratio)):
-                rows.append(
-                    study_row(run=run, impl=impl, N=n, D=64, causal=0, mode="fwd+bwd", ms=ms, graph_ms=1.0, check="ok")
-                )
-    # A fourth run whose cuDNN row another invocation left (another run_id): not paired, not counted.
-    rows += [
-        study_row(run=4, run_id=i, impl=impl, N=4096, D=64, causal=0, mode="fwd+bwd", ms=9.0, graph_ms=9.0, check="ok")
-        for i, impl in (("1", "part5"), ("2", "sdpa_cudnn"))
-    ]
-    write_csv(tmp_path / "bench_runs.csv", rows, bench.RUNS_FIELDS)
-    table = report.table_targets(tmp_path)
-    assert "| fwd+bwd | 64 | no | **0.80 (0.70-0.90)** | 1.02 (0.95-1.05) |" in table
-    assert "| fwd+bwd | 64 | no | 1.00 (1.00-1.00) | 1.00 (1.00-1.00) |" in table  # graph replay: never bold
-    assert "the median of 3 runs" in table and "Targets met by the median: 1 of 2 shapes." in table
-    assert report.met("fwd", 2048, [0.5]) is None and report.met("bwd", 16384, [1.0]) is True
-
-
-def test_fa4_table_pairs_rows_of_one_invocation(tmp_path):
-    """The FlashAttention-4 table: FA4, cuDNN and part 5 of one run_id side by side with the two ratios;
-    a shape whose part 5 row another invocation left is not shown; no FA4 rows, a line saying how."""
-    from lab import bench
-    from part5_profiling.tools import report
-
-    one = study_row(run_id=1, impl="part5", N=4096, D=64, causal=0, mode="fwd", tflops=1.0, check="ok")
-    write_csv(tmp_path / "bench.csv", [one], bench.FIELDS)
-    assert report.table_fa4(tmp_path).startswith("No FlashAttention-4 rows")
-    rows = [
-        study_row(run_id=1, impl=impl, N=4096, D=128, causal=1, mode="fwd+bwd", tflops=t, check="ok")
-        for impl, t in (("fa4", 600.0), ("sdpa_cudnn", 500.0), ("part5", 450.0))
-    ] + [
-        study_row(run_id=run_id, impl=impl, N=8192, D=128, causal=1, mode="fwd+bwd", tflops=500.0, check="ok")
-        for run_id, impl in ((1, "fa4"), (1, "sdpa_cudnn"), (2, "part5"))
-    ]
-    write_csv(tmp_path / "bench.csv", rows, bench.FIELDS)
-    table = report.table_fa4(tmp_path)
-    assert "| fwd+bwd | 128 | yes | 4096 | 600 | 500 | 450 | 1.20x | 0.75x |" in table
-    assert "| 8192 |" not in table
-
-
-def test_gluon_order_table(tmp_path):
+def test_gluon_order_rows_and_line(tmp_path):
     from part5_profiling.tools import gluon_study, report
 
     names = list(gluon_study.ORDERS)
@@ -567,10 +512,7 @@ def test_gluon_order_table(tmp_path):
         ],
         gluon_study.FIELDS,
     )
-    table = report.table_gluon_order(tmp_path)  # part 5's groups from one sequence up, then cuDNN
-    assert "| D | causal | N | one sequence at a time | 2 sequences side by side |" in table
-    assert "| 128 | yes | 8192 | 520 (1.04x) | 450 (0.90x) |" in table and table.rstrip().endswith("| 500 (1.00x) |")
-    assert "one sequence at a time at D = 128 from N = 4096" in table
+    assert "`part5_gluon_order.csv` holds its 7 rows" in report.TABLES["part5-gluon-order"](tmp_path)
 
 
 def test_ncu_rows_from_a_run(monkeypatch):

@@ -243,3 +243,20 @@ def test_another_gpu_gets_its_own_page_and_leaves_the_lessons_alone(tmp_path, mo
     assert readme.read_text() == "<!-- results:progression -->\nold\n<!-- /results:progression -->\n"
     capsys.readouterr()
     assert report.main(["--gpu", "other"]) == 0 and "updated" not in capsys.readouterr().out
+
+
+def test_the_progression_comes_from_the_newest_complete_run(tmp_path):
+    """The top README's progression: the folder whose bench.csv last timed parts 1-5 and cuDNN at its shape in
+    both modes; a newer run of part 5 alone does not move it; another GPU's summary keeps its own folder."""
+    rows = results.read_csv(H200 / "bench.csv")
+    for name, day in (("h200", "2026-01-01"), ("h100", "2026-01-02"), ("part5_only", "2026-01-03")):
+        (tmp_path / name).mkdir()
+        mine = [dict(r, date=f"{day}T00:00:00Z") for r in rows if name != "part5_only" or r["impl"] == "part5"]
+        results.write_csv(tmp_path / name / "bench.csv", mine, list(rows[0]))
+    assert report.progression_dir(tmp_path / "h200") == tmp_path / "h100"
+    assert report.progression_dir(tmp_path / "part5_only") == tmp_path / "part5_only"
+
+
+def test_the_top_readme_shows_the_chart_of_its_table():
+    folder = report.progression_dir(H200)
+    assert f"](results/{folder.name}/progression.png)" in (ROOT / "README.md").read_text()

@@ -110,18 +110,8 @@ def synthetic_rows():
     return rows
 
 
-def decode_rows():
-    common = dict(prompt=128, new_tokens=256, check="ok: generated", **META)
-    return [
-        dict(impl="sdpa_default", B=1, tokens_per_s="900", vs_sdpa="1.000", same_tokens=256, **common),
-        dict(impl="part5", B=1, tokens_per_s="720", vs_sdpa="0.800", same_tokens=17, **common),
-        dict(impl="sdpa_default", B=8, tokens_per_s="7000", vs_sdpa="1.000", same_tokens=256, **common),
-        dict(impl="part5", B=8, tokens_per_s="6300", vs_sdpa="0.900", same_tokens=256, **common),
-    ]
-
-
 def test_train_step_tables_and_figure(tmp_path):
-    """The log's tables (rows by N, then mode, SDPA first; decoding by batch) and the README's summary,
+    """The log's tables (rows by N, then mode, SDPA first) and the README's summary,
     with times, ratios, memory and losses where they belong; the figure is drawn."""
     write_csv(tmp_path / "train_step.csv", synthetic_rows(), train_step.FIELDS)
     table = train_step.table(tmp_path)
@@ -144,12 +134,6 @@ def test_train_step_tables_and_figure(tmp_path):
     first = table.index("| 1024 | eager |")
     assert first < table.index("| 1024 | compiled |") < table.index("| 1024 | cudagraphs |") < table.index("| 4096 |")
 
-    write_csv(tmp_path / "decode.csv", decode_rows(), train_step.DECODE_FIELDS)
-    decode = train_step.decode_table(tmp_path)
-    assert (
-        "| 1 | part 5 | 720 | 0.80x | 17 | ok |" in decode
-        and "| 8 | SDPA default | 7,000 | 1.00x | 256 | ok |" in decode
-    )
     summary = train_step.summary(tmp_path)
     assert "| attention | mode | N = 1024 | N = 4096 |" in summary
     assert "| part 5 | cudagraphs | 1.11x | 1.11x |" in summary and "| part 4 | compiled | — | — |" in summary

@@ -8,7 +8,7 @@ import statistics
 from common import parts, steps
 from lab import sweep_report
 from lab.report import PANELS, per_shape, yes_no
-from lab.results import markdown_table, provenance_line, read_csv, table_block
+from lab.results import markdown_table, provenance_line, read_csv, study_line, table_block
 from part5_profiling.tools import roofline
 
 
@@ -304,6 +304,7 @@ def ladder_figure(rows):
 
 # ------------------------------------------------------------------------------------ the profile
 def table_ceilings(gpu_dir):
+    """What the roofline's roofs are: the GPU's measured matrix-product and copy rates beside the datasheet."""
     rows = read_csv(gpu_dir / "part5_ceilings.csv")
     body = [[r["ceiling"], r["shape"], f"{r['value']:,}", r["unit"], r["method"]] for r in rows]
     command = "python -m part5_profiling.tools.ceilings"
@@ -565,44 +566,6 @@ def table_candidates(gpu_dir):
     return _study(gpu_dir, "part5_candidates.csv", "python -m part5_profiling.tools.candidates", caption, ["part 4"])
 
 
-def table_bwd_candidates(gpu_dir):
-    rows = read_csv(gpu_dir / "part5_bwd_candidates.csv")
-    same = {r["candidate"]: "yes" if r["repeatable"] else "no" for r in rows if r["repeatable"] is not None}
-    caption = (
-        "Backward alone (flash_backward from the forward's O and L), TFLOP/s (CUDA-graph replay; 2.5 times the forward's "
-        "FLOPs), B=4, H=8, bf16, and the speed-up over part 4's backward. dQ bit for bit the same in two calls: "
-        + ", ".join(f"{n} {v}" for n, v in same.items())
-        + ":"
-    )
-    command = "python -m part5_profiling.tools.candidates --backward"
-    return _study(gpu_dir, "part5_bwd_candidates.csv", command, caption, ["part 4"])
-
-
-def table_compiled(gpu_dir):
-    rows = read_csv(gpu_dir / "part5_compiled.csv")
-
-    def span(xs):
-        return "—" if not xs else f"{min(xs)}" if min(xs) == max(xs) else f"{min(xs)}-{max(xs)}"
-
-    body = []
-    for name in sorted(dict.fromkeys(r["candidate"] for r in rows), key=lambda name: name != "part 4"):
-        for d in sorted({r["D"] for r in rows if r["candidate"] == name}):
-            group = [r for r in rows if r["candidate"] == name and r["D"] == d]
-            ok = [r for r in group if r["status"] == "ok"]
-            warps = ", ".join(str(w) for w in sorted({r["warps_launched"] for r in ok})) or "—"
-            regs, stack = span([r["registers"] for r in ok]), span([r["stack_bytes"] for r in ok])
-            body.append(
-                [name, d, f"{len(ok)} of {len(group)}", sum(r["warp_specialized"] for r in ok), warps, regs, stack]
-            )
-    caption = (
-        f"The forward of each candidate compiled for {rows[0]['arch']} at every configuration its autotuner could pick "
-        "(causal and not), read off the binary:"
-    )
-    header = ["candidate", "D", "compiled", "warp-specialized", "warps launched", "registers / thread"]
-    command = "TRITON_INTERPRET=0 python -m part5_profiling.tools.candidates --compile"
-    return _table(rows, command, caption, [*header, "stack bytes / thread"], body, "lrrrrrr")
-
-
 GLUON_STUDY = "python -m part5_profiling.tools.gluon_study"
 
 
@@ -619,31 +582,9 @@ def table_gluon(gpu_dir):
     return _study(gpu_dir, "part5_gluon.csv", GLUON_STUDY, caption, ["part 4"], "vs_cudnn")
 
 
-def table_gluon_order(gpu_dir):
-    from part5_profiling import gluon_attention
-    from part5_profiling.tools.gluon_study import ORDERS
-
-    caption = (
-        "Forward TFLOP/s (CUDA-graph replay) with the causal mask, B=4, H=8, bf16: part 5's forward with its programs "
-        "taking the longest query tiles first, that many sequences side by side (in brackets the speed over SDPA "
-        f"cuDNN's). Part 5 takes one sequence at a time at D = 128 from N = {gluon_attention.SEQUENCE_MAJOR_FROM}, "
-        "every sequence side by side otherwise:"
-    )
-    return _study(gpu_dir, "part5_gluon_order.csv", f"{GLUON_STUDY} --order", caption, list(ORDERS), "vs_cudnn")
-
-
-def table_gluon_bwd(gpu_dir):
-    from part5_profiling.tools.gluon_study import BWD_CANDIDATES
-
-    caption = (
-        "Backward alone (from the forward's O and L), TFLOP/s (CUDA-graph replay; 2.5 times the forward's FLOPs), "
-        "B=4, H=8, bf16, and the speed over SDPA cuDNN's. \"Gluon, one pass\" is part 5's kernel in part 5's order "
-        "(sequence-major without a mask; causal, sequence-minor below N = 8192 and grouped from there); the order "
-        "columns are the same kernel in the orders part 5 does not take for that call. Columns of earlier kernels "
-        "(addresses hoisted, row-order dQ, two dQ adds at D = 64: now the ladder's steps) and ablations stay as measured:"
-    )
-    first = [n for n in BWD_CANDIDATES if n != "SDPA cuDNN"]
-    return _study(gpu_dir, "part5_gluon_bwd.csv", f"{GLUON_STUDY} --backward", caption, first, "vs_cudnn")
+def _line(csv, command):
+    """The log's line for a study no README shows: its CSV's provenance, no table."""
+    return lambda gpu_dir: study_line(gpu_dir / csv, f"{command} && make report")
 
 
 def draw(gpu_dir):
@@ -668,9 +609,11 @@ TABLES = {
     "part5-host-parts": table_host_parts,
     "part5-step-profile": table_step_profile,
     "part5-candidates": table_candidates,
-    "part5-bwd-candidates": table_bwd_candidates,
-    "part5-compiled": table_compiled,
+    "part5-bwd-candidates": _line("part5_bwd_candidates.csv", "python -m part5_profiling.tools.candidates --backward"),
+    "part5-compiled": _line(
+        "part5_compiled.csv", "TRITON_INTERPRET=0 python -m part5_profiling.tools.candidates --compile"
+    ),
     "part5-gluon": table_gluon,
-    "part5-gluon-order": table_gluon_order,
-    "part5-gluon-bwd": table_gluon_bwd,
+    "part5-gluon-order": _line("part5_gluon_order.csv", f"{GLUON_STUDY} --order"),
+    "part5-gluon-bwd": _line("part5_gluon_bwd.csv", f"{GLUON_STUDY} --backward"),
 }
