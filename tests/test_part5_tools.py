@@ -730,3 +730,12 @@ def test_pingpong_study_pairs_free_and_turns():
     assert list(gluon_study.forward_calls(128)) == ["2 warpgroups, persistent", "2 warpgroups, persistent, ping-pong"]
     names = list(gluon_study.forward_calls(64))
     assert names == [f"{w} warpgroups, persistent{how}" for w in (2, 3) for how in ("", ", ping-pong")]
+
+
+def test_profile_of_fa4_where_it_does_not_import_says_so(monkeypatch, capsys):
+    from lab import impls
+    from part5_profiling.tools import profile
+
+    monkeypatch.setattr(impls, "fa4_impl", lambda: None)
+    assert profile.main(["--fa4"]) == 2 and "flash-attn-4 does not import" in capsys.readouterr().err
+    assert profile.target_impl("sdpa_cudnn").name == "sdpa_cudnn"

@@ -3,6 +3,7 @@
     python -m part5_profiling.tools.profile --part 4          # make profile PART=4
     python -m part5_profiling.tools.profile --sdpa cudnn      # an SDPA backend, pinned (flash, cudnn, ...)
     python -m part5_profiling.tools.profile --part 4 --no-ncu # without hardware counters
+    python -m part5_profiling.tools.profile --part 5 --fa4    # beside FlashAttention-4, where installed
 
 Shapes: B=4, H=8, N=4096, D = 64 and 128, causal and not, bf16. Passes: the forward; the backward
 too where it is a kernel of its own (from part 4 on, and SDPA), timed from the saved forward.
@@ -83,9 +84,11 @@ NCU_FINAL = ("ERR_NVGPUCTRPERM", "not on the PATH", "timed out")
 
 # ------------------------------------------------------------------------------------ targets
 def target_impl(target):
-    """'part4' or 'sdpa_cudnn' -> the benchmark's Impl for it (the same calls the benchmark times)."""
+    """'part4', 'sdpa_cudnn' or 'fa4' -> the benchmark's Impl for it (the same calls the benchmark times)."""
     if target.startswith("part"):
         return impls.part_impl(int(target.removeprefix("part")))
+    if target == impls.FA4:
+        return impls.fa4_impl()
     return impls.sdpa_impl(target.removeprefix("sdpa_"))
 
 
@@ -364,6 +367,7 @@ def main(argv=None):
         choices=[b for b in impls.SDPA_BACKENDS if b != "default"],
         help="an SDPA backend (repeatable)",
     )
+    ap.add_argument("--fa4", action="store_true", help="FlashAttention-4 (flash-attn-4), where installed")
     ap.add_argument("--no-ncu", action="store_true", help="skip the hardware counters")
     ap.add_argument("--child", nargs=4, metavar=("TARGET", "PASS", "D", "CAUSAL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -385,8 +389,12 @@ def main(argv=None):
         )
         return 2
     targets += [f"sdpa_{b}" for b in args.sdpa or ()]
+    if args.fa4 and impls.fa4_impl() is None:
+        print("--fa4: flash-attn-4 does not import here (pip install flash-attn-4)", file=sys.stderr)
+        return 2
+    targets += [impls.FA4] if args.fa4 else []
     if not targets:
-        ap.error("name what to profile: --part N and/or --sdpa BACKEND")
+        ap.error("name what to profile: --part N, --sdpa BACKEND and/or --fa4")
     if not runtime.COMPILED:
         print(
             "Profiling needs a CUDA GPU: kernels are timed and counted as they run. Without one, part 5's "
