@@ -739,3 +739,17 @@ def test_profile_of_fa4_where_it_does_not_import_says_so(monkeypatch, capsys):
     monkeypatch.setattr(impls, "fa4_impl", lambda: None)
     assert profile.main(["--fa4"]) == 2 and "flash-attn-4 does not import" in capsys.readouterr().err
     assert profile.target_impl("sdpa_cudnn").name == "sdpa_cudnn"
+
+
+def test_profile_table_shows_each_gpu_folder(tmp_path, monkeypatch):
+    from part5_profiling.tools import profile, report
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    for folder, gpu in (("h200", "NVIDIA H200"), ("h100", "NVIDIA H100 80GB HBM3")):
+        (tmp_path / folder).mkdir()
+        base = dict(target="part5", D=128, causal=0, note="", **{"pass": "fwd"}, **dict(META, gpu=gpu))
+        time = dict(base, kernel="(all kernels)", method="cupti", metric="time per call", value=400.0, unit="us")
+        write_csv(tmp_path / folder / "part5_profile.csv", [time], profile.FIELDS)
+    table = report.table_profile(tmp_path / "h200")  # its own first, then the other GPU's
+    assert table.index("_NVIDIA H200;") < table.index("_NVIDIA H100 80GB HBM3;")
+    assert table.count("| part5 | fwd | 128 | no | 400.0 |") == 2

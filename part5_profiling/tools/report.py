@@ -6,7 +6,7 @@ import re
 import statistics
 
 from common import parts, steps
-from lab import sweep_report
+from lab import results, sweep_report
 from lab.report import PANELS, per_shape, yes_no
 from lab.results import markdown_table, provenance_line, read_csv, study_line, table_block
 from part5_profiling.tools import roofline
@@ -327,6 +327,15 @@ def _profile_cells(mine):
 
 
 def table_profile(gpu_dir):
+    """gpu_dir's profile table, then each other GPU folder's of results/ (a later run on the GPU that
+    came), each naming its GPU."""
+    home = gpu_dir.parent == results.RESULTS  # a folder of results/, not a test's own
+    others = sorted(p.parent for p in gpu_dir.parent.glob("*/part5_profile.csv") if home and p.parent != gpu_dir)
+    tables = [_profile_table(d) for d in [gpu_dir, *others] if (d / "part5_profile.csv").exists()]
+    return "\n\n".join(tables) if tables else _profile_table(gpu_dir)  # none: the missing CSV's line
+
+
+def _profile_table(gpu_dir):
     """Per target, pass and shape: GPU time, TFLOP/s, registers and spills, and ncu's tensor pipe and top stall
     per kernel ("dkdv 59; dq 67": a backward pass has several)."""
     rows = read_csv(gpu_dir / "part5_profile.csv")
