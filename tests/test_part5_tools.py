@@ -753,3 +753,26 @@ def test_profile_table_shows_each_gpu_folder(tmp_path, monkeypatch):
     table = report.table_profile(tmp_path / "h200")  # its own first, then the other GPU's
     assert table.index("_NVIDIA H200;") < table.index("_NVIDIA H100 80GB HBM3;")
     assert table.count("| part5 | fwd | 128 | no | 400.0 |") == 2
+
+
+def test_fa4_table_takes_the_median_of_a_repeated_invocation(tmp_path):
+    """FA4's table: each shape's three rows from one invocation; where it repeated, the median of its runs
+    and part 5 over FA4 as the median of each run's ratio with its range; no FA4 rows, no table."""
+    from lab import bench
+    from part5_profiling.tools import report
+
+    shape = dict(B=4, H=8, N=4096, D=128, dtype="bf16", causal=1, mode="fwd", backend="", check="ok", **META)
+    speeds = {"fa4": (600, 620, 610), "sdpa_cudnn": (500, 510, 520), "part5": (540, 570, 560)}
+    runs = [
+        dict(shape, impl=impl, part="", run=run, ms=1.0, tflops=t[run - 1], run_id="r1")
+        for impl, t in speeds.items()
+        for run in (1, 2, 3)
+    ]
+    write_csv(tmp_path / "bench_runs.csv", runs, bench.RUNS_FIELDS)
+    write_csv(tmp_path / "bench.csv", [r for r in runs if r["run"] == 3], bench.FIELDS)
+    table = report.table_fa4(tmp_path)
+    # medians 610, 510, 560; ratios part5/fa4 0.90, 0.92, 0.92 -> 0.92 (0.90-0.92); fa4/cudnn 1.20, 1.22, 1.17
+    assert "| fwd | 128 | yes | 4096 | 610 | 510 | 560 | 1.20x | 0.92x (0.90-0.92) |" in table
+    assert "the median of 3 runs" in table
+    write_csv(tmp_path / "bench.csv", [r for r in runs if r["run"] == 3 and r["impl"] != "fa4"], bench.FIELDS)
+    assert report.table_fa4(tmp_path).startswith("No FlashAttention-4 rows")

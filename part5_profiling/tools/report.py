@@ -447,25 +447,65 @@ def table_targets(gpu_dir):
 
 
 def table_fa4(gpu_dir):
+    """gpu_dir's FlashAttention-4 table, then each other GPU folder's of results/ that has FA4 rows, each
+    naming its GPU."""
+    home = gpu_dir.parent == results.RESULTS  # a folder of results/, not a test's own
+    others = sorted(p.parent for p in gpu_dir.parent.glob("*/bench.csv") if home and p.parent != gpu_dir)
+    tables = [table for d in [gpu_dir, *others] if (table := _fa4_table(d))]
+    return (
+        "\n\n".join(tables) or "No FlashAttention-4 rows in bench.csv: `python -m lab.bench --fa4 ...` where installed."
+    )
+
+
+def _fa4_table(gpu_dir):
     """FlashAttention-4 (`--fa4`), SDPA cuDNN and part 5 in TFLOP/s from bench.csv, each shape's three rows
-    from the same invocation of the benchmark (run_id), with FA4 over cuDNN and part 5 over FA4."""
-    rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["impl"] in ("fa4", "sdpa_cudnn", "part5")]
-    index = {(r["run_id"], r["impl"], r["mode"], r["D"], r["causal"], r["N"]): r for r in rows}
-    body, used, modes = [], [], ("fwd", "bwd", "fwd+bwd")
-    fa4_rows = [r for r in rows if r["impl"] == "fa4" and r["mode"] in modes]
-    for r in sorted(fa4_rows, key=lambda r: (modes.index(r["mode"]), r["D"], r["causal"], r["N"])):
-        three = [
-            index.get((r["run_id"], i, r["mode"], r["D"], r["causal"], r["N"])) for i in ("fa4", "sdpa_cudnn", "part5")
-        ]
-        if all(x and x["tflops"] for x in three):
-            used += three
+    from the same invocation of the benchmark (run_id); where that invocation repeated (`--repeat`), the
+    median of its runs in bench_runs.csv, part 5 over FA4 as the median of each run's ratio (range in
+    brackets). None where bench.csv has no FA4 rows."""
+    if not (gpu_dir / "bench.csv").exists():
+        return None
+    impls, modes = ("fa4", "sdpa_cudnn", "part5"), ("fwd", "bwd", "fwd+bwd")
+    rows = [r for r in read_csv(gpu_dir / "bench.csv") if r["impl"] in impls and r["mode"] in modes]
+    if not any(r["impl"] == "fa4" for r in rows):
+        return None
+    shape = ("mode", "D", "causal", "N")
+    index = {(r["run_id"], r["impl"], *(r[c] for c in shape)): r for r in rows}
+    runs = {}  # (run_id, impl, mode, D, causal, N) -> {run: TFLOP/s}
+    if (gpu_dir / "bench_runs.csv").exists():
+        for r in read_csv(gpu_dir / "bench_runs.csv"):
+            if r["impl"] in impls and r["tflops"]:
+                runs.setdefault((r["run_id"], r["impl"], *(r[c] for c in shape)), {})[r["run"]] = r["tflops"]
+    body, used, repeats = [], [], set()
+    for r in sorted(rows, key=lambda r: (modes.index(r["mode"]), r["D"], r["causal"], r["N"])):
+        keys = [(r["run_id"], i, *(r[c] for c in shape)) for i in impls]
+        three = [index.get(k) for k in keys]
+        if r["impl"] != "fa4" or not all(x and x["tflops"] for x in three):
+            continue
+        used += three
+        each = [runs.get(k, {}) for k in keys]
+        common = sorted(set(each[0]) & set(each[1]) & set(each[2]))
+        if len(common) > 1:  # a repeated invocation: medians of its runs
+            repeats.add(len(common))
+            fa4, cudnn, ours = (statistics.median(e[n] for n in common) for e in each)
+            mine = [each[2][n] / each[0][n] for n in common]
+            vs_fa4 = f"{statistics.median(mine):.2f}x ({min(mine):.2f}-{max(mine):.2f})"
+            vs_cudnn = statistics.median(each[0][n] / each[1][n] for n in common)
+        else:
             fa4, cudnn, ours = (x["tflops"] for x in three)
-            speeds = [f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", f"{fa4 / cudnn:.2f}x", f"{ours / fa4:.2f}x"]
-            body.append([r["mode"], r["D"], yes_no(r["causal"]), r["N"], *speeds])
+            vs_fa4, vs_cudnn = f"{ours / fa4:.2f}x", fa4 / cudnn
+        body.append([*(r[c] for c in ("mode", "D")), yes_no(r["causal"]), r["N"]])
+        body[-1] += [f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", f"{vs_cudnn:.2f}x", vs_fa4]
     if not body:
-        return "No FlashAttention-4 rows in bench.csv: `python -m lab.bench --fa4 ...` where flash-attn-4 is installed."
+        return None
+    how = (
+        f"the median of {' or '.join(map(str, sorted(repeats)))} runs where the invocation repeated" if repeats else ""
+    )
+    caption = (
+        "B=4, H=8, bf16, TFLOP/s by `do_bench`, each shape's three rows from one invocation of the benchmark"
+        + (f" ({how}; part 5 / FA4 as the median of each run's ratio, the range in brackets)" if how else "")
+        + ":"
+    )
     header = ["mode", "D", "causal", "N", "FA4", "SDPA cuDNN", "part 5", "FA4 / cuDNN", "part 5 / FA4"]
-    caption = "B=4, H=8, bf16, TFLOP/s by `do_bench`, each shape's three rows from one invocation of the benchmark:"
     return _table(used, "python -m lab.bench --fa4 ...", caption, header, body, "llrr" + "r" * 5)
 
 
