@@ -33,6 +33,33 @@ COMPILED = HAS_GPU and not INTERPRET  # Triton compiles and launches for real: w
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 
 
+def _interpreter_scalars():
+    """Triton 3.6's interpreter turns a scalar argument into a Python int with int() of a one-element
+    array, which NumPy 2.4 and later refuse ("only 0-dimensional arrays can be converted to Python
+    scalars"): every `range()` over a run-time length fails. Triton 3.9 squeezes the array first;
+    where the interpreter still does not, the same squeeze is patched in."""
+    from triton.runtime import interpreter
+
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "squeezes", False):
+        return
+    import inspect
+
+    if "int(self.handle.data)" not in inspect.getsource(patch):  # a Triton that squeezes already
+        return
+
+    def squeezing(tensor, scope):
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    squeezing.squeezes = True
+    interpreter._patch_lang_tensor = squeezing
+
+
+if INTERPRET:
+    _interpreter_scalars()
+
+
 _PROPERTIES = {}
 
 

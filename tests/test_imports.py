@@ -35,3 +35,28 @@ def test_triton_imported_first_is_a_clear_error(part):
     result = fresh_python(code)
     assert result.returncode != 0
     assert "ImportError: triton was imported before this project could switch on Triton's interpreter" in result.stderr
+
+
+INTERPRETER_SCALARS = """
+import operator
+import numpy as np
+import common.runtime  # switches the interpreter on (and patches it where it needs it)
+from triton.runtime import interpreter
+
+class Tensor:  # the interpreter's view of a kernel's scalar argument: a one-element array
+    def __init__(self, data):
+        self.handle = type("Handle", (), {"data": data})()
+
+scope = interpreter._LangPatchScope()
+interpreter._patch_lang_tensor(Tensor, scope)
+assert operator.index(Tensor(np.array([7], dtype=np.int32))) == 7  # what range(0, N, BLOCK) asks
+scope.restore()
+print("ok")
+"""
+
+
+def test_the_interpreter_takes_a_run_time_length_as_an_index():
+    """A kernel's `range(0, N_KEYS, BLOCK_N)` over a run-time length works under the interpreter with
+    this NumPy: Triton 3.6's int() of a one-element array, which NumPy 2.4 refuses, is patched."""
+    result = fresh_python(INTERPRETER_SCALARS, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    assert result.returncode == 0 and result.stdout.startswith("ok"), result.stderr[-3000:]
