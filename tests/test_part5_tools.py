@@ -757,14 +757,15 @@ def test_profile_table_shows_each_gpu_folder(tmp_path, monkeypatch):
 
 def test_fa4_table_takes_the_median_of_a_repeated_invocation(tmp_path):
     """FA4's table: each shape's three rows from one invocation; where it repeated, the median of its runs
-    and part 5 over FA4 as the median of each run's ratio with its range; no FA4 rows, no table."""
+    (from bench_runs.csv, whatever later rows bench.csv holds) and part 5 over FA4 as the median of each
+    run's ratio with its range; no FA4 rows, no table."""
     from lab import bench
     from part5_profiling.tools import report
 
     shape = dict(B=4, H=8, N=4096, D=128, dtype="bf16", causal=1, mode="fwd", backend="", check="ok", **META)
     speeds = {"fa4": (600, 620, 610), "sdpa_cudnn": (500, 510, 520), "part5": (540, 570, 560)}
     runs = [
-        dict(shape, impl=impl, part="", run=run, ms=1.0, tflops=t[run - 1], run_id="r1")
+        dict(shape, impl=impl, part="", run=run, ms=1.0, tflops=t[run - 1], run_id=f"r{run}")  # a run_id per run
         for impl, t in speeds.items()
         for run in (1, 2, 3)
     ]
@@ -774,5 +775,8 @@ def test_fa4_table_takes_the_median_of_a_repeated_invocation(tmp_path):
     # medians 610, 510, 560; ratios part5/fa4 0.90, 0.92, 0.92 -> 0.92 (0.90-0.92); fa4/cudnn 1.20, 1.22, 1.17
     assert "| fwd | 128 | yes | 4096 | 610 | 510 | 560 | 1.20x | 0.92x (0.90-0.92) |" in table
     assert "the median of 3 runs" in table
+    later = [dict(r, run_id="r9") if r["impl"] == "part5" else r for r in runs if r["run"] == 3]
+    write_csv(tmp_path / "bench.csv", later, bench.FIELDS)  # a later invocation timed part 5 alone there
+    assert report.table_fa4(tmp_path) == table  # the repeated invocation's runs still make the row
     write_csv(tmp_path / "bench.csv", [r for r in runs if r["run"] == 3 and r["impl"] != "fa4"], bench.FIELDS)
     assert report.table_fa4(tmp_path).startswith("No FlashAttention-4 rows")

@@ -470,29 +470,36 @@ def _fa4_table(gpu_dir):
         return None
     shape = ("mode", "D", "causal", "N")
     index = {(r["run_id"], r["impl"], *(r[c] for c in shape)): r for r in rows}
-    runs = {}  # (run_id, impl, mode, D, causal, N) -> {run: TFLOP/s}
+    # bench_runs.csv: each run of a --repeat has its own run_id; the invocation is its command and commit
+    runs, invocation = {}, {}  # (command, commit, impl, *shape) -> {(run, run_id): row}; (run_id, impl, *shape) -> it
     if (gpu_dir / "bench_runs.csv").exists():
         for r in read_csv(gpu_dir / "bench_runs.csv"):
             if r["impl"] in impls and r["tflops"]:
-                runs.setdefault((r["run_id"], r["impl"], *(r[c] for c in shape)), {})[r["run"]] = r["tflops"]
+                key = (r["command"], r["commit"], r["impl"], *(r[c] for c in shape))
+                runs.setdefault(key, {})[(r["run"], r["run_id"])] = r
+                invocation[(r["run_id"], r["impl"], *(r[c] for c in shape))] = key[:2]
     body, used, repeats = [], [], set()
     for r in sorted(rows, key=lambda r: (modes.index(r["mode"]), r["D"], r["causal"], r["N"])):
+        if r["impl"] != "fa4":
+            continue
         keys = [(r["run_id"], i, *(r[c] for c in shape)) for i in impls]
         three = [index.get(k) for k in keys]
-        if r["impl"] != "fa4" or not all(x and x["tflops"] for x in three):
-            continue
-        used += three
-        each = [runs.get(k, {}) for k in keys]
-        common = sorted(set(each[0]) & set(each[1]) & set(each[2]))
-        if len(common) > 1:  # a repeated invocation: medians of its runs
+        at = invocation.get(keys[0])
+        each = [runs.get((*at, i, *(r[c] for c in shape)), {}) for i in impls] if at else [{}, {}, {}]
+        common = sorted(set(each[0]) & set(each[1]) & set(each[2]))  # the runs all three made, paired by run
+        if len(common) > 1:  # a repeated invocation: medians of its runs (bench.csv keeps one row per shape)
             repeats.add(len(common))
-            fa4, cudnn, ours = (statistics.median(e[n] for n in common) for e in each)
-            mine = [each[2][n] / each[0][n] for n in common]
+            used += [e[n] for e in each for n in common]
+            fa4, cudnn, ours = (statistics.median(e[n]["tflops"] for n in common) for e in each)
+            mine = [each[2][n]["tflops"] / each[0][n]["tflops"] for n in common]
             vs_fa4 = f"{statistics.median(mine):.2f}x ({min(mine):.2f}-{max(mine):.2f})"
-            vs_cudnn = statistics.median(each[0][n] / each[1][n] for n in common)
-        else:
+            vs_cudnn = statistics.median(each[0][n]["tflops"] / each[1][n]["tflops"] for n in common)
+        elif all(x and x["tflops"] for x in three):
+            used += three
             fa4, cudnn, ours = (x["tflops"] for x in three)
             vs_fa4, vs_cudnn = f"{ours / fa4:.2f}x", fa4 / cudnn
+        else:
+            continue
         body.append([*(r[c] for c in ("mode", "D")), yes_no(r["causal"]), r["N"]])
         body[-1] += [f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", f"{vs_cudnn:.2f}x", vs_fa4]
     if not body:
