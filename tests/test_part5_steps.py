@@ -95,9 +95,16 @@ def compiled():
     return {(r["step"], r["kernel"], r["D"]): r for r in rows}
 
 
-def same(a, b):
-    """Two compiled kernels alike in everything counted (their step's name apart)."""
-    return {k: v for k, v in a.items() if k != "step"} == {k: v for k, v in b.items() if k != "step"}
+def same(a, b, skip=("step",)):
+    """Two compiled kernels alike in everything counted and in their PTX instructions (their step's
+    name apart): the same code."""
+    return {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+
+
+def alike(a, b):
+    """Two compiled kernels alike in everything counted (products, waits, copies, registers, ...),
+    whatever their instructions."""
+    return same(a, b, skip=("step", "ptx"))
 
 
 def test_every_step_compiles_and_holds_its_idea(part, compiled):
@@ -142,7 +149,8 @@ def test_every_step_compiles_and_holds_its_idea(part, compiled):
         assert same(m["model5", "fwd", d], m["model4", "fwd", d])
     # fwd7: at D = 64 each of three warpgroups waits for its turn at four places more, the same products
     assert c["fwd7", 64]["barrier_waits"] == c["fwd6", 64]["barrier_waits"] + 4 * 3
-    assert c["fwd7", 64]["wgmma"] == c["fwd6", 64]["wgmma"] and same(c["fwd7", 128], c["fwd6", 128])
+    # at D = 128 (no turns) the same counts, though not always the same instructions
+    assert c["fwd7", 64]["wgmma"] == c["fwd6", 64]["wgmma"] and alike(c["fwd7", 128], c["fwd6", 128])
     # bwd6: the operand addresses worked out in the loop spill less at D = 128
     assert c["bwd6", 128]["stack"] < c["bwd5", 128]["stack"]
     # bwd7: at D = 64 the warpgroup whose turn it is multiplies both halves of dS; D = 128 unchanged
@@ -199,7 +207,7 @@ def test_each_step_has_its_lesson_in_the_readme(part):
                 assert measured[1].startswith("_No results yet (part5_ladder.csv missing)"), step.name
                 continue
             assert "not measured" not in measured[1], step.name
-            if ladder != steps.MODEL and counted and "the binary is" not in measured[1]:
+            if ladder != steps.MODEL and counted and "compiles to" not in measured[1]:
                 assert "tensor pipe" in measured[1] and "top stall" in measured[1], step.name
 
 

@@ -780,3 +780,16 @@ def test_fa4_table_takes_the_median_of_a_repeated_invocation(tmp_path):
     assert report.table_fa4(tmp_path) == table  # the repeated invocation's runs still make the row
     write_csv(tmp_path / "bench.csv", [r for r in runs if r["run"] == 3 and r["impl"] != "fa4"], bench.FIELDS)
     assert report.table_fa4(tmp_path).startswith("No FlashAttention-4 rows")
+
+
+def test_a_fingerprint_sees_instructions_not_lines():
+    """The ladder's compiled fingerprint: the same PTX instructions from another file, at other lines,
+    hash alike; one instruction more does not."""
+    from part5_profiling.tools import ladder
+
+    body = "\tmov.u32 \t%r1, %ctaid.x;\n\tadd.s32 \t%r2, %r1, 127;\n"
+    here = f'.file 1 "steps/fwd4.py"\n.loc 1 10 0\n{body}// a comment\n.section .debug_abbrev\n{{\n.b8 1\n}}\n'
+    there = f'.file 1 "gluon_attention.py"\n.loc 1 99 4\n{body}'
+    assert ladder.fingerprint(here) == ladder.fingerprint(there)
+    assert ladder.fingerprint(there + "\tret;\n") != ladder.fingerprint(there)
+    assert ladder.fingerprint(here).startswith("sha256:")  # text in the CSV, never read as a number

@@ -35,6 +35,7 @@ import argparse
 import concurrent.futures
 import csv
 import functools
+import hashlib
 import json
 import os
 import queue
@@ -365,7 +366,8 @@ def profile_all(names):
 # ------------------------------------------------------------------------------------ compile
 COMPILED_SHAPES = [(64, False), (128, True)]
 COMPILED_FIELDS = ["step", "kernel", "D", "causal", "partitions", "warps", "smem", "params", "wgmma", "wgmma_waits"]
-COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_adds", "global_loads", "registers", "stack", *results.PROVENANCE]
+COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_adds", "global_loads", "registers", "stack", "ptx"]
+COMPILED_FIELDS += results.PROVENANCE
 TYPES = dict.fromkeys(("Q", "K", "V", "O", "DO", "DK", "DV"), "*bf16") | {"scale": "fp32"}
 TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
 
@@ -397,7 +399,22 @@ def compiled_facts(name, kind, d, causal):
         global_loads=ptx.count("ld.global"),
         registers=registers,
         stack=stack,
+        ptx=fingerprint(ptx),
     )
+
+
+def fingerprint(ptx):
+    """The PTX's instructions, hashed: equal where two steps compile to the same code, whatever their
+    files and line numbers (the .loc and .file lines, comments and debug sections left out)."""
+    kept, debug = [], False
+    for line in ptx.splitlines():
+        text = line.strip()
+        debug = debug or (text.startswith(".section") and ".debug" in text)
+        if debug:
+            debug = text != "}"
+        elif text and not text.startswith((".loc", ".file", "//")):
+            kept.append(text)
+    return "sha256:" + hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]  # text, never a number
 
 
 # ------------------------------------------------------------------------------------ the run

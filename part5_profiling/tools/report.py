@@ -97,7 +97,7 @@ def _part4_counters(gpu_dir):
 
 
 def _compiled(gpu_dir):
-    """{(step, kernel, D, causal): the binary's counted facts, without the step's name} (the ladder
+    """{(step, kernel, D, causal): the binary's counted facts and its PTX fingerprint, without the step's name} (the ladder
     compiled for sm_90: part5_ladder_compiled.csv)."""
     path = gpu_dir.parent / "h200" / "part5_ladder_compiled.csv"  # sm_90, whichever machine compiled it
     skip = {"step", "kernel", "D", "causal", "gpu", "torch", "triton", "commit", "date"}
@@ -148,7 +148,7 @@ def _kinds(rows, name):
 
 def table_ladder(gpu_dir):
     """The lesson's progression, then the model ladder's: each step's pass at two shapes with its share
-    of cuDNN's speed (or, where its binary is the step before's, that step's name), the tensor pipe's
+    of cuDNN's speed (or, where it compiles to the step before's code, that step's name), the tensor pipe's
     active share and the top stall (part 4's from the profile of every part)."""
     rows, index = _ladder(gpu_dir)
     part4, compiled, body = _part4_counters(ladder_dir(gpu_dir)), _compiled(gpu_dir), []
@@ -177,7 +177,7 @@ def table_ladder(gpu_dir):
     header = ["step", "what it adds", "pass", *(x for d, c in LADDER_SHAPES for x in (_shape(d, c), "tensor pipe"))]
     caption = (
         "N = 4096, B=4, H=8, bf16, CUDA-graph replay, checked first: TFLOP/s and, in brackets, speed over SDPA "
-        "cuDNN's; `= step`: the same binary as that step's; ncu's tensor-pipe share, and the top stall at D = 128 "
+        "cuDNN's; `= step`: compiled, the same PTX instructions as that step's; ncu's tensor-pipe share, and the top stall at D = 128 "
         "causal (warps stalled per instruction issued). A model step's rows: the Gluon kernels it patches:"
     )
     return _table(rows, LADDER, caption, [*header, "top stall"], body, "lll" + "rr" * len(LADDER_SHAPES) + "l")
@@ -186,7 +186,7 @@ def table_ladder(gpu_dir):
 def step_line(name):
     """The README's line under step `name`: its kernel's TFLOP/s at the two shapes (LADDER_SHAPES, or
     STEP_SHAPES[name]) with the change on the step before (part 4 before the first), or that the
-    binary is the step before's; the tensor pipe and the top stall at the second shape."""
+    code is the step before's (the same PTX instructions); the tensor pipe and the top stall at the second shape."""
     shapes = STEP_SHAPES.get(name, LADDER_SHAPES)
 
     def line(gpu_dir):
@@ -208,7 +208,7 @@ def step_line(name):
                 same = _same_binary(compiled, name, kind, d, c)
                 unit = "" if cells else " TFLOP/s"
                 if same:
-                    cells.append(f"at {_shape(d, c)} the binary is {same}'s")
+                    cells.append(f"at {_shape(d, c)} it compiles to {same}'s code")
                 elif row and row.get("graph_tflops") and prev and prev.get("graph_tflops"):
                     change = row["graph_tflops"] / prev["graph_tflops"] - 1
                     change = "±0%" if abs(change) < 0.005 else f"{change:+.0%}"
