@@ -38,21 +38,18 @@ def _interpreter_scalars():
     array, which NumPy 2.4 and later refuse ("only 0-dimensional arrays can be converted to Python
     scalars"): every `range()` over a run-time length fails. Triton 3.9 squeezes the array first;
     where the interpreter still does not, the same squeeze is patched in."""
+    import inspect
+
     from triton.runtime import interpreter
 
     patch = getattr(interpreter, "_patch_lang_tensor", None)
-    if patch is None or getattr(patch, "squeezes", False):
-        return
-    import inspect
-
-    if "int(self.handle.data)" not in inspect.getsource(patch):  # a Triton that squeezes already
+    if patch is None or "int(self.handle.data)" not in inspect.getsource(patch):  # squeezes already
         return
 
     def squeezing(tensor, scope):
         patch(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
-    squeezing.squeezes = True
     interpreter._patch_lang_tensor = squeezing
 
 

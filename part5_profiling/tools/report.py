@@ -97,8 +97,8 @@ def _part4_counters(gpu_dir):
 
 
 def _compiled(gpu_dir):
-    """{(step, kernel, D, causal): the binary's counted facts and its PTX fingerprint, without the step's name} (the ladder
-    compiled for sm_90: part5_ladder_compiled.csv)."""
+    """{(step, kernel, D, causal): the binary's counted facts and its PTX fingerprint, without the step's
+    name} (the ladder compiled for sm_90: part5_ladder_compiled.csv)."""
     path = gpu_dir.parent / "h200" / "part5_ladder_compiled.csv"  # sm_90, whichever machine compiled it
     skip = {"step", "kernel", "D", "causal", "gpu", "torch", "triton", "commit", "date"}
     return {
@@ -177,8 +177,8 @@ def table_ladder(gpu_dir):
     header = ["step", "what it adds", "pass", *(x for d, c in LADDER_SHAPES for x in (_shape(d, c), "tensor pipe"))]
     caption = (
         "N = 4096, B=4, H=8, bf16, CUDA-graph replay, checked first: TFLOP/s and, in brackets, speed over SDPA "
-        "cuDNN's; `= step`: compiled, the same PTX instructions as that step's; ncu's tensor-pipe share, and the top stall at D = 128 "
-        "causal (warps stalled per instruction issued). A model step's rows: the Gluon kernels it patches:"
+        "cuDNN's; `= step`: compiled, the same PTX instructions as that step's; ncu's tensor-pipe share, and the "
+        "top stall at D = 128 causal (warps stalled per instruction issued). A model step's rows: the Gluon kernels it patches:"
     )
     return _table(rows, LADDER, caption, [*header, "top stall"], body, "lll" + "rr" * len(LADDER_SHAPES) + "l")
 
@@ -186,7 +186,8 @@ def table_ladder(gpu_dir):
 def step_line(name):
     """The README's line under step `name`: its kernel's TFLOP/s at the two shapes (LADDER_SHAPES, or
     STEP_SHAPES[name]) with the change on the step before (part 4 before the first), or that the
-    code is the step before's (the same PTX instructions); the tensor pipe and the top stall at the second shape."""
+    code is the step before's (the same PTX instructions); the tensor pipe and the top stall at the second
+    shape."""
     shapes = STEP_SHAPES.get(name, LADDER_SHAPES)
 
     def line(gpu_dir):
@@ -326,12 +327,16 @@ def _profile_cells(mine):
     return "; ".join(regs) or "—", spills if regs else "—", "; ".join(pipe) or "—", "; ".join(stall) or "—"
 
 
+def _every_gpu(gpu_dir, csv):
+    """gpu_dir, then each other GPU folder of results/ holding `csv` (a later run on the GPU that came);
+    gpu_dir alone when it is not a folder of results/ (a test's own)."""
+    home = gpu_dir.parent == results.RESULTS
+    return [gpu_dir, *sorted(p.parent for p in gpu_dir.parent.glob(f"*/{csv}") if home and p.parent != gpu_dir)]
+
+
 def table_profile(gpu_dir):
-    """gpu_dir's profile table, then each other GPU folder's of results/ (a later run on the GPU that
-    came), each naming its GPU."""
-    home = gpu_dir.parent == results.RESULTS  # a folder of results/, not a test's own
-    others = sorted(p.parent for p in gpu_dir.parent.glob("*/part5_profile.csv") if home and p.parent != gpu_dir)
-    tables = [_profile_table(d) for d in [gpu_dir, *others] if (d / "part5_profile.csv").exists()]
+    """Each GPU folder's profile table (_every_gpu), each naming its GPU."""
+    tables = [_profile_table(d) for d in _every_gpu(gpu_dir, "part5_profile.csv") if (d / "part5_profile.csv").exists()]
     return "\n\n".join(tables) if tables else _profile_table(gpu_dir)  # none: the missing CSV's line
 
 
@@ -447,11 +452,8 @@ def table_targets(gpu_dir):
 
 
 def table_fa4(gpu_dir):
-    """gpu_dir's FlashAttention-4 table, then each other GPU folder's of results/ that has FA4 rows, each
-    naming its GPU."""
-    home = gpu_dir.parent == results.RESULTS  # a folder of results/, not a test's own
-    others = sorted(p.parent for p in gpu_dir.parent.glob("*/bench.csv") if home and p.parent != gpu_dir)
-    tables = [table for d in [gpu_dir, *others] if (table := _fa4_table(d))]
+    """Each GPU folder's FlashAttention-4 table (_every_gpu) where it has FA4 rows, each naming its GPU."""
+    tables = [table for d in _every_gpu(gpu_dir, "bench.csv") if (table := _fa4_table(d))]
     return (
         "\n\n".join(tables) or "No FlashAttention-4 rows in bench.csv: `python -m lab.bench --fa4 ...` where installed."
     )
