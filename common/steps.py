@@ -270,9 +270,12 @@ def refresh(n, ladder=None):
 
 
 def variant(n, name):
-    """Part n's flash_attention.py with the study patch tools/variants/<name>.diff applied: a study
-    that needs a changed kernel patches the shipped one (a switch is a patch), never copies it."""
-    return apply_patch(parts.path(n).read_text(), (parts.folder(n) / "tools" / "variants" / f"{name}.diff").read_text())
+    """The kernel file that the study patch tools/variants/<name>.diff names in its first header (part
+    n's flash_attention.py, or one of part 5's Gluon files), with the patch applied: a study that
+    needs a changed kernel patches the shipped one (a switch is a patch), never copies it."""
+    patch = (parts.folder(n) / "tools" / "variants" / f"{name}.diff").read_text()
+    target = parts.folder(n) / Path(patch.split(maxsplit=2)[1]).name  # "--- part5_profiling/<file>"
+    return apply_patch(target.read_text(), patch)
 
 
 @functools.cache

@@ -2,12 +2,16 @@
 What needs a GPU (the timings, the counters) says so and exits cleanly without one."""
 
 import contextlib
+import os
+import re
+import subprocess
+import sys
 import types
 
 import pytest
 import torch
 
-from common import parts, runtime
+from common import ROOT, parts, runtime
 from common.check import check_outputs
 from common.inputs import Shape, make_inputs
 from common.reference import attention_reference
@@ -144,6 +148,52 @@ def test_stage_variants_do_what_they_say():
     with pytest.warns(RuntimeWarning, match="log2") if runtime.INTERPRET else contextlib.nullcontext():
         o_none, _ = load(STAGES["no exp2"]).flash_forward(q, k, v, True)
     assert not torch.allclose(o_none, o)
+
+
+EXP2_POLY = """
+import sys
+from common import steps, triton_tools
+from part5_profiling.tools.ladder import TYPES
+module = steps.load_variant(5, "exp2_poly")
+fn = module._attn_fwd_gluon
+for emulated in (2, 4):
+    meta = module.constexprs(64, False) | dict(EMULATED=emulated)
+    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
+    ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
+    print(emulated, ptx.count("ex2.approx"))
+"""
+
+
+def test_exp2_by_polynomial_is_exp2_and_compiles():
+    """The candidate that makes some exponentials on the FMA units (tools/variants/exp2_poly.diff,
+    timed by gluon_study --candidates): its arithmetic, done here in float32 as the kernel does it, is
+    2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is masked), and
+    the kernel compiles for sm_90 with half and a quarter of the exponentials by the polynomial: every
+    split and join of the score tile stays in the registers that hold it (assert_trivial), and fewer
+    MUFU exponentials are left (the PTX's ex2.approx)."""
+    from common import steps
+
+    patch = steps.variant(5, "exp2_poly")
+    coeffs = [
+        float(c) for c in re.search(r"p = \(\((\S+) \* f \+ (\S+)\) \* f \+ (\S+)\) \* f \+ (\S+)\n", patch).groups()
+    ]
+    x = torch.cat([torch.linspace(-125, 0, 200001), torch.tensor([float("-inf")])])
+    xc = torch.clamp(x, min=-125.0)
+    t = xc + 12582912.0
+    f = xc - (t - 12582912.0)
+    poly = ((coeffs[0] * f + coeffs[1]) * f + coeffs[2]) * f + coeffs[3]
+    y = (poly.view(torch.int32) + (t.view(torch.int32) << 23)).view(torch.float32)
+    exact = torch.exp2(xc.double())
+    assert ((y.double() - exact).abs() / exact).max() < 1e-4
+    assert 0 < y[-1] < 2.0**-124  # a masked score: next to nothing, and a normal float
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run(
+        [sys.executable, "-c", EXP2_POLY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = dict(line.split() for line in out.stdout.splitlines())
+    assert int(counts["2"]) < int(counts["4"]), counts  # half by polynomial leaves fewer than a quarter does
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")

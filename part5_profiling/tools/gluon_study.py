@@ -4,6 +4,7 @@ timed by tools/ladder.py):
     python -m part5_profiling.tools.gluon_study              # a Hopper GPU: results/<gpu>/part5_gluon.csv
     python -m part5_profiling.tools.gluon_study --order      # results/<gpu>/part5_gluon_order.csv
     python -m part5_profiling.tools.gluon_study --backward   # results/<gpu>/part5_gluon_bwd.csv
+    python -m part5_profiling.tools.gluon_study --candidates # results/<gpu>/part5_gluon_candidates.csv
 
 Default: the shipped forward with two softmax warpgroups (both head dims) or three (D = 64; at
 D = 128 one warpgroup's S and O do not fit the registers four warpgroups leave), each free (a
@@ -11,12 +12,17 @@ warpgroup issues its products when its operands are ready) and taking turns (PIN
 CONFIGS ships. --order: the forward with the mask, GROUP sequences side by side in the causal
 order (gluon_attention.group_size), from one sequence at a time to all 32. --backward: the Gluon
 backward in each program order (gluon_backward.ORDER), beside part 4's two kernels and SDPA
-cuDNN's backward. B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
+cuDNN's backward. --candidates: changes to the forward tried and not shipped, each against the
+shipped forward in three interleaved rounds at N = 4096 (the median of each one's speed over the
+shipped one's in the same round): exp2 partly by a polynomial on the FMA units (the variant patch
+tools/variants/exp2_poly.diff: half or a quarter of each tile's exponentials), and at D = 128
+ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
 reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
 a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
 """
 
 import functools
+import statistics
 import sys
 
 import torch
@@ -40,10 +46,13 @@ BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, "SDPA cuDNN")
 ORDERS = {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in (1, 2, 4, 8, 16, B * H)}
 
 
-def gluon_forward(warpgroups=None, pingpong=None, group=None):
-    """(Q, K, V, causal) -> (O, L) through the shipped Gluon forward, its configuration changed where
-    given (None: part 5's for the head dim)."""
-    from part5_profiling import gluon_attention as ga
+def gluon_forward(warpgroups=None, pingpong=None, group=None, module=None, **changes):
+    """(Q, K, V, causal) -> (O, L) through the shipped Gluon forward (or `module`, a variant of its
+    file), its configuration changed where given (None: part 5's for the head dim; changes: other
+    compile-time arguments)."""
+    from part5_profiling import gluon_attention
+
+    ga = module or gluon_attention
 
     def forward(Q, K, V, causal):
         q, k, v = (t.reshape(-1, *t.shape[-2:]).contiguous() for t in (Q, K, V))
@@ -54,6 +63,7 @@ def gluon_forward(warpgroups=None, pingpong=None, group=None):
             config.update(WARPGROUPS=warpgroups, REGISTERS=registers[warpgroups])
         if pingpong is not None:
             config.update(PINGPONG=pingpong)
+        config.update(changes)
         ga.launch(q, k, v, o, lse, causal, config, group)
         return o.view(Q.shape), lse.view(Q.shape[:-1])
 
@@ -67,6 +77,51 @@ def forward_calls(d):
         for pingpong, how in ((False, ""), (True, ", ping-pong")):
             calls[f"{warpgroups} warpgroups, persistent{how}"] = gluon_forward(warpgroups, pingpong)
     return calls
+
+
+def candidate_calls(d):
+    """{name: forward}: the shipped forward, then the candidate changes at head dim d."""
+    from common import steps
+
+    poly = steps.load_variant(5, "exp2_poly")
+    calls = {"shipped": gluon_forward()}
+    calls["exp2 by polynomial, half"] = gluon_forward(module=poly, EMULATED=2)
+    calls["exp2 by polynomial, a quarter"] = gluon_forward(module=poly, EMULATED=4)
+    if d == 128:
+        calls["ping-pong"] = gluon_forward(pingpong=True)
+        calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
+    return calls
+
+
+def run_candidates(seq_lens, head_dims, rounds=3, save=None):
+    """The candidates in `rounds` rounds (the order reversed every other round), each row the median
+    over the rounds of its time and of its speed over the shipped forward's in the same round."""
+    by_round = []
+    for r in range(rounds):
+        flip = (lambda d: dict(reversed(candidate_calls(d).items()))) if r % 2 else candidate_calls
+        by_round.append(run(seq_lens, head_dims, flip))
+    rows = []
+    for row in by_round[0]:
+        key = {k: row[k] for k in ("variant", "N", "D", "causal")}
+        same = [next(x for x in found if all(x[k] == v for k, v in key.items())) for found in by_round]
+        if not all(x.get("graph_ms") for x in same):
+            rows.append(dict(row, graph_ms="", graph_tflops="", vs_shipped=""))
+            continue
+        shipped = [next(x for x in found if x["variant"] == "shipped" and all(x[k] == key[k] for k in KEY[1:]))
+                   for found in by_round]  # fmt: skip
+        ms = [float(x["graph_ms"]) for x in same]
+        flops = attention_flops(B, H, row["N"], row["N"], row["D"], bool(row["causal"]))
+        row = dict(row, graph_ms=f"{statistics.median(ms):.4f}", graph_tflops=tflops(flops, statistics.median(ms)))
+        row["vs_cudnn"] = f"{statistics.median(float(x['vs_cudnn']) for x in same):.3f}"
+        row["vs_shipped"] = f"{statistics.median(float(s['graph_ms']) / m for s, m in zip(shipped, ms)):.3f}"
+        row["check"] = "; ".join(dict.fromkeys(x["check"] for x in same))
+        rows.append(row)
+    for r in rows:
+        print(f"D={r['D']:<3} causal={r['causal']:d} N={r['N']:>5}  {r['variant']:<32} {r['graph_tflops'] or '-':>7} "
+              f"TFLOP/s  x{r['vs_shipped'] or '-'} of shipped  {r['check'][:40]}", flush=True)  # fmt: skip
+    if save is not None:
+        save(rows)
+    return rows
 
 
 def with_cudnn(rows, inputs, causal, mode, name_column):
@@ -155,6 +210,7 @@ def main(argv=None):
     extra = [
         (("--backward",), dict(action="store_true", help="the Gluon backward's orders: part5_gluon_bwd.csv")),
         (("--order",), dict(action="store_true", help="the forward's causal order: part5_gluon_order.csv")),
+        (("--candidates",), dict(action="store_true", help="forward changes tried: part5_gluon_candidates.csv")),
     ]
     args = study.arguments(__doc__, argv, n=SEQ_LENS, d=HEAD_DIMS, extra=extra)
     from part5_profiling import gluon_attention
@@ -165,6 +221,10 @@ def main(argv=None):
     if args.backward:
         measure = lambda save: run_backward(args.n, args.d, save)  # noqa: E731
         return results.write_as_measured("part5_gluon_bwd.csv", BWD_FIELDS, measure, key=BWD_KEY)
+    if args.candidates:
+        measure = lambda save: run_candidates(args.n if args.n != SEQ_LENS else (4096,), args.d, save=save)  # noqa: E731
+        fields = [*FIELDS[: -len(results.PROVENANCE)], "vs_shipped", *results.PROVENANCE]
+        return results.write_as_measured("part5_gluon_candidates.csv", fields, measure, key=KEY)
     if args.order:
         calls = lambda d: {name: gluon_forward(group=g) for name, g in ORDERS.items()}  # noqa: E731
         measure = lambda save: run(args.n, args.d, calls, (True,), save)  # noqa: E731
