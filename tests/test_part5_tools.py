@@ -843,3 +843,35 @@ def test_a_fingerprint_sees_instructions_not_lines():
     assert ladder.fingerprint(here) == ladder.fingerprint(there)
     assert ladder.fingerprint(there + "\tret;\n") != ladder.fingerprint(there)
     assert ladder.fingerprint(here).startswith("sha256:")  # text in the CSV, never read as a number
+
+
+def test_forward_candidates_are_medians_of_each_rounds_own_ratio(monkeypatch):
+    """gluon_study --candidates: a row's time is the median over the rounds, its speed over the
+    shipped forward the median of each round's own ratio (not a ratio of medians), and a candidate
+    that failed in any round is left untimed; rows are saved after every round."""
+    from part5_profiling.tools import gluon_study
+
+    def found(shipped, poly, cudnn, check="ok"):
+        base = dict(N=4096, D=64, causal=0)
+        return [
+            dict(base, variant="shipped", graph_ms=str(shipped), vs_cudnn=f"{cudnn / shipped:.3f}", check="ok"),
+            dict(
+                base,
+                variant="poly",
+                graph_ms=str(poly or ""),
+                vs_cudnn=f"{cudnn / poly:.3f}" if poly else "",
+                check=check,
+            ),
+            dict(base, variant="SDPA cuDNN", graph_ms=str(cudnn), vs_cudnn="1.000", check="ok"),
+        ]
+
+    rounds = iter([found(1.0, 0.5, 1.0), found(2.0, 2.0, 1.0), found(1.0, 0.8, 1.0)])
+    monkeypatch.setattr(gluon_study, "run", lambda *a: next(rounds))
+    saved = []
+    rows = gluon_study.run_candidates((4096,), (64,), rounds=3, save=saved.append)
+    assert [len(s) for s in saved] == [3, 3, 3] and [s[0]["rounds"] for s in saved] == [1, 2, 3]
+    poly = next(r for r in rows if r["variant"] == "poly")
+    assert poly["graph_ms"] == "0.8000" and poly["vs_shipped"] == "1.250"  # ratios 2.0, 1.0, 1.25
+    rounds = iter([found(1.0, 0.5, 1.0), found(1.0, None, 1.0, check="wrong O")])
+    rows = gluon_study.run_candidates((4096,), (64,), rounds=2)
+    assert next(r for r in rows if r["variant"] == "poly")["graph_ms"] == ""

@@ -95,33 +95,41 @@ def candidate_calls(d):
 
 def run_candidates(seq_lens, head_dims, rounds=3, save=None):
     """The candidates in `rounds` rounds (the order reversed every other round), each row the median
-    over the rounds of its time and of its speed over the shipped forward's in the same round."""
-    by_round = []
+    over the rounds so far (saved after each) of its time and of its speed over the shipped
+    forward's in the same round."""
+    by_round, rows = [], []
     for r in range(rounds):
         flip = (lambda d: dict(reversed(candidate_calls(d).items()))) if r % 2 else candidate_calls
         by_round.append(run(seq_lens, head_dims, flip))
-    rows = []
-    for row in by_round[0]:
-        key = {k: row[k] for k in ("variant", "N", "D", "causal")}
-        same = [next(x for x in found if all(x[k] == v for k, v in key.items())) for found in by_round]
-        if not all(x.get("graph_ms") for x in same):
-            rows.append(dict(row, graph_ms="", graph_tflops="", vs_shipped=""))
-            continue
-        shipped = [next(x for x in found if x["variant"] == "shipped" and all(x[k] == key[k] for k in KEY[1:]))
-                   for found in by_round]  # fmt: skip
-        ms = [float(x["graph_ms"]) for x in same]
-        flops = attention_flops(B, H, row["N"], row["N"], row["D"], bool(row["causal"]))
-        row = dict(row, graph_ms=f"{statistics.median(ms):.4f}", graph_tflops=tflops(flops, statistics.median(ms)))
-        row["vs_cudnn"] = f"{statistics.median(float(x['vs_cudnn']) for x in same):.3f}"
-        row["vs_shipped"] = f"{statistics.median(float(s['graph_ms']) / m for s, m in zip(shipped, ms)):.3f}"
-        row["check"] = "; ".join(dict.fromkeys(x["check"] for x in same))
-        rows.append(row)
+        rows = [_median_row(row, by_round) for row in by_round[0]]
+        if save is not None:
+            save(rows)
     for r in rows:
         print(f"D={r['D']:<3} causal={r['causal']:d} N={r['N']:>5}  {r['variant']:<32} {r['graph_tflops'] or '-':>7} "
               f"TFLOP/s  x{r['vs_shipped'] or '-'} of shipped  {r['check'][:40]}", flush=True)  # fmt: skip
-    if save is not None:
-        save(rows)
     return rows
+
+
+def _median_row(row, by_round):
+    """Row's variant and shape over the rounds: median time, speed over cuDNN's and over the shipped
+    forward's (each round's own ratio), and how many rounds timed it."""
+    same = [next(x for x in found if all(x[k] == row[k] for k in KEY)) for found in by_round]
+    if not all(x.get("graph_ms") for x in same):
+        return dict(row, graph_ms="", graph_tflops="", vs_cudnn="", vs_shipped="", rounds=len(by_round))
+    shipped = [next(x for x in found if x["variant"] == "shipped" and all(x[k] == row[k] for k in KEY[1:]))
+               for found in by_round]  # fmt: skip
+    ms = [float(x["graph_ms"]) for x in same]
+    flops = attention_flops(B, H, row["N"], row["N"], row["D"], bool(row["causal"]))
+    median = statistics.median(ms)
+    return dict(
+        row,
+        graph_ms=f"{median:.4f}",
+        graph_tflops=tflops(flops, median),
+        vs_cudnn=f"{statistics.median(float(x['vs_cudnn']) for x in same):.3f}",
+        vs_shipped=f"{statistics.median(float(s['graph_ms']) / m for s, m in zip(shipped, ms)):.3f}",
+        check="; ".join(dict.fromkeys(x["check"] for x in same)),
+        rounds=len(by_round),
+    )
 
 
 def with_cudnn(rows, inputs, causal, mode, name_column):
@@ -223,7 +231,7 @@ def main(argv=None):
         return results.write_as_measured("part5_gluon_bwd.csv", BWD_FIELDS, measure, key=BWD_KEY)
     if args.candidates:
         measure = lambda save: run_candidates(args.n if args.n != SEQ_LENS else (4096,), args.d, save=save)  # noqa: E731
-        fields = [*FIELDS[: -len(results.PROVENANCE)], "vs_shipped", *results.PROVENANCE]
+        fields = [*FIELDS[: -len(results.PROVENANCE)], "vs_shipped", "rounds", *results.PROVENANCE]
         return results.write_as_measured("part5_gluon_candidates.csv", fields, measure, key=KEY)
     if args.order:
         calls = lambda d: {name: gluon_forward(group=g) for name, g in ORDERS.items()}  # noqa: E731
