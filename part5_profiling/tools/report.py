@@ -640,6 +640,17 @@ def table_gluon(gpu_dir):
     return _study(gpu_dir, "part5_gluon.csv", GLUON_STUDY, caption, ["part 4"], "vs_cudnn")
 
 
+def table_gluon_candidates(gpu_dir):
+    caption = (
+        "Forward TFLOP/s (CUDA-graph replay, the median of three interleaved rounds), B=4, H=8, bf16, and in "
+        "brackets the speed over the shipped forward's (the median of each round's own ratio): exponentials partly "
+        "by a polynomial on the FMA units (tools/variants/exp2_poly.diff) and, at D = 128, ping-pong:"
+    )
+    return _study(
+        gpu_dir, "part5_gluon_candidates.csv", f"{GLUON_STUDY} --candidates", caption, ["shipped"], "vs_shipped"
+    )
+
+
 def _line(csv, command):
     """The log's line for a study no README shows: its CSV's provenance, no table."""
     return lambda gpu_dir: study_line(gpu_dir / csv, f"{command} && make report")
@@ -672,6 +683,7 @@ TABLES = {
         "part5_compiled.csv", "TRITON_INTERPRET=0 python -m part5_profiling.tools.candidates --compile"
     ),
     "part5-gluon": table_gluon,
+    "part5-gluon-candidates": table_gluon_candidates,
     "part5-gluon-order": _line("part5_gluon_order.csv", f"{GLUON_STUDY} --order"),
     "part5-gluon-bwd": _line("part5_gluon_bwd.csv", f"{GLUON_STUDY} --backward"),
 }
