@@ -646,9 +646,10 @@ def table_gluon_candidates(gpu_dir):
         "brackets the speed over the shipped forward's (the median of each round's own ratio): exponentials partly "
         "by a polynomial on the FMA units (tools/variants/exp2_poly.diff) and, at D = 128, ping-pong:"
     )
-    return _study(
-        gpu_dir, "part5_gluon_candidates.csv", f"{GLUON_STUDY} --candidates", caption, ["shipped"], "vs_shipped"
-    )
+    command = f"{GLUON_STUDY} --candidates"
+    if not (gpu_dir / "part5_gluon_candidates.csv").exists():
+        return f"_Not measured on this GPU: `{command} && make report`._"
+    return _study(gpu_dir, "part5_gluon_candidates.csv", command, caption, ["shipped"], "vs_shipped")
 
 
 def _line(csv, command):
