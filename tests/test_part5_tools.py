@@ -150,27 +150,29 @@ def test_stage_variants_do_what_they_say():
     assert not torch.allclose(o_none, o)
 
 
-EXP2_POLY = """
-import sys
+FORWARD_VARIANTS = """
+import re
 from common import steps, triton_tools
 from part5_profiling.tools.ladder import TYPES
-module = steps.load_variant(5, "exp2_poly")
-fn = module._attn_fwd_gluon
-for emulated in (2, 4):
-    meta = module.constexprs(64, False) | dict(EMULATED=emulated)
+for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {})):
+    module = steps.load_variant(5, name)
+    fn = module._attn_fwd_gluon
+    meta = module.constexprs(64, False) | changes
     signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
     ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
-    print(emulated, ptx.count("ex2.approx"))
+    stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
+    print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
 """
 
 
-def test_exp2_by_polynomial_is_exp2_and_compiles():
-    """The candidate that makes some exponentials on the FMA units (tools/variants/exp2_poly.diff,
-    timed by gluon_study --candidates): its arithmetic, done here in float32 as the kernel does it, is
-    2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is masked), and
-    the kernel compiles for sm_90 with half and a quarter of the exponentials by the polynomial: every
-    split and join of the score tile stays in the registers that hold it (assert_trivial), and fewer
-    MUFU exponentials are left (the PTX's ex2.approx)."""
+def test_forward_candidates_compute_and_compile():
+    """The forward's candidate patches (tools/variants/, timed by gluon_study --candidates). exp2_poly
+    makes some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does
+    it, is 2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is
+    masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
+    polynomial: every split and join of the score tile stays in the registers that hold it
+    (assert_trivial), and fewer MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles
+    to a forward whose O leaves by TMA stores."""
     from common import steps
 
     patch = steps.variant(5, "exp2_poly")
@@ -189,11 +191,12 @@ def test_exp2_by_polynomial_is_exp2_and_compiles():
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run(
-        [sys.executable, "-c", EXP2_POLY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FORWARD_VARIANTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    counts = dict(line.split() for line in out.stdout.splitlines())
-    assert int(counts["2"]) < int(counts["4"]), counts  # half by polynomial leaves fewer than a quarter does
+    counts = {name: (int(ex2), int(stores)) for name, ex2, stores in (x.split() for x in out.stdout.splitlines())}
+    assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
+    assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")

@@ -15,8 +15,9 @@ backward in each program order (gluon_backward.ORDER), beside part 4's two kerne
 cuDNN's backward. --candidates: changes to the forward tried and not shipped, each against the
 shipped forward in three interleaved rounds at N = 4096 (the median of each one's speed over the
 shipped one's in the same round): exp2 partly by a polynomial on the FMA units (the variant patch
-tools/variants/exp2_poly.diff: half or a quarter of each tile's exponentials), and at D = 128
-ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
+tools/variants/exp2_poly.diff: half or a quarter of each tile's exponentials), O written
+through shared memory by one TMA store (tools/variants/o_tma.diff), and at D = 128 ping-pong (with
+232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
 reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
 a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
 """
@@ -87,6 +88,7 @@ def candidate_calls(d):
     calls = {"shipped": gluon_forward()}
     calls["exp2 by polynomial, half"] = gluon_forward(module=poly, EMULATED=2)
     calls["exp2 by polynomial, a quarter"] = gluon_forward(module=poly, EMULATED=4)
+    calls["O by a TMA store"] = gluon_forward(module=steps.load_variant(5, "o_tma"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
