@@ -162,6 +162,11 @@ for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULAT
     ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
     stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
     print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
+module = steps.load_variant(5, "bwd_tile128")
+fn, meta = module._attn_bwd_gluon, module.constexprs(64, False)
+signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
+ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
+print("bwd_tile128", meta["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tensor.2d", ptx)))
 """
 
 
@@ -172,7 +177,8 @@ def test_forward_candidates_compute_and_compile():
     masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
     polynomial: every split and join of the score tile stays in the registers that hold it
     (assert_trivial), and fewer MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles
-    to a forward whose O leaves by TMA stores."""
+    to a forward whose O leaves by TMA stores. The backward candidate bwd_tile128 compiles at D = 64
+    with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
     from common import steps
 
     patch = steps.variant(5, "exp2_poly")
@@ -197,6 +203,9 @@ def test_forward_candidates_compute_and_compile():
     counts = {name: (int(ex2), int(stores)) for name, ex2, stores in (x.split() for x in out.stdout.splitlines())}
     assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
     assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
+    assert counts["bwd_tile128"] == (128, 2), (
+        counts
+    )  # 128 queries a step; one TMA add in each of its two steps (masked, not)
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
@@ -878,3 +887,24 @@ def test_forward_candidates_are_medians_of_each_rounds_own_ratio(monkeypatch):
     rounds = iter([found(1.0, 0.5, 1.0), found(1.0, None, 1.0, check="wrong O")])
     rows = gluon_study.run_candidates((4096,), (64,), rounds=2)
     assert next(r for r in rows if r["variant"] == "poly")["graph_ms"] == ""
+
+
+def test_backward_with_128_queries_a_step_keeps_the_sums_layout():
+    """The backward candidate with 128 queries a step at D = 64 (tools/variants/bwd_tile128.diff,
+    timed by gluon_study --backward): its dQ sum keeps the shipped layout, 64 x 64 blocks in
+    fragment order one after another, each warpgroup adding the block of its own 64 rows; here its
+    _dq_convert (a `tl` kernel, run as this machine runs them) reads a sum with 128-row tiles back
+    into row order as from_fragment_order does, ragged last tile included. Its Gluon kernel compiles
+    for sm_90 (tests/test_part5_tools.py's forward candidates' compile, which checks the TMA adds)."""
+    from common import steps
+
+    module = steps.load_variant(5, "bwd_tile128")
+    assert module.BLOCK_MS == {64: 128, 128: 64} and module.constexprs(64, False)["BLOCK_M"] == 128
+    n_seqs, n_q, heads, scale = 3, 200, 3, 0.5
+    plan = module.Plan((n_seqs, n_q, 64), (n_seqs, n_q, 64), "cpu", torch.float32, False)
+    assert plan.dq32_shape == (n_seqs, 256, 64) and plan.stats_shape == (2, n_seqs, 256)
+    dq32 = torch.randn(plan.dq32_shape)
+    dq = torch.empty(n_seqs, n_q, 64)
+    grid = (2 * n_seqs,)  # two tiles of 128 queries per sequence
+    module._dq_convert[grid](dq32, dq, n_q, n_seqs, heads, 0, n_q * 64, 64, scale, D=64, BLOCK_M=128)
+    torch.testing.assert_close(dq, module.from_fragment_order(dq32, n_q) * scale)

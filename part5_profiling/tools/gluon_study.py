@@ -12,14 +12,16 @@ warpgroup issues its products when its operands are ready) and taking turns (PIN
 CONFIGS ships. --order: the forward with the mask, GROUP sequences side by side in the causal
 order (gluon_attention.group_size), from one sequence at a time to all 32. --backward: the Gluon
 backward in each program order (gluon_backward.ORDER), beside part 4's two kernels and SDPA
-cuDNN's backward. --candidates: changes to the forward tried and not shipped, each against the
-shipped forward in three interleaved rounds at N = 4096 (the median of each one's speed over the
-shipped one's in the same round): exp2 partly by a polynomial on the FMA units (the variant patch
-tools/variants/exp2_poly.diff: half or a quarter of each tile's exponentials), O written
-through shared memory by one TMA store (tools/variants/o_tma.diff), and at D = 128 ping-pong (with
-232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
-reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
-a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
+cuDNN's backward, and at D = 64 the backward with 128 queries a step (the variant patch
+tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i). --candidates: changes
+to the forward tried and not shipped, each against the shipped forward in three interleaved
+rounds at N = 4096 (the median of each one's speed over the shipped one's in the same round): exp2
+partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
+tile's exponentials), O written through shared memory by one TMA store (tools/variants/o_tma.diff),
+and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
+is checked against the float64 reference on the inputs it is timed on, then timed by CUDA-graph
+replay (median), with its speed as a fraction of cuDNN's in the same run. Rows of earlier versions
+of this study stay in the CSVs.
 """
 
 import functools
@@ -28,7 +30,7 @@ import sys
 
 import torch
 
-from common import runtime
+from common import runtime, steps
 from lab import impls, results, study
 from lab.bench import each_shape, timed_call
 from lab.timing import attention_flops, graph_time_ms, tflops
@@ -43,7 +45,8 @@ BWD_FIELDS += ["check", *results.PROVENANCE]
 BWD_KEY = ("candidate", "N", "D", "causal")
 BWD_ORDERS = {"Gluon, sequence-minor": "SEQUENCE_MINOR", "Gluon, sequence-major": "SEQUENCE_MAJOR"}
 BWD_ORDERS["Gluon, grouped"] = "GROUPED"
-BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, "SDPA cuDNN")
+TILE128 = "Gluon, 128 queries a step"  # tools/variants/bwd_tile128.diff, at D = 64
+BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, TILE128, "SDPA cuDNN")
 ORDERS = {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in (1, 2, 4, 8, 16, B * H)}
 
 
@@ -169,9 +172,12 @@ def run(seq_lens, head_dims, calls_of, masks=(False, True), save=None):
     return rows
 
 
-def gluon_backward(order=None):
-    """(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the shipped Gluon backward in `order`."""
-    from part5_profiling import gluon_backward as gb
+def gluon_backward(order=None, module=None):
+    """(Q, K, V, O, L, dO, causal) -> (dQ, dK, dV) through the shipped Gluon backward (or `module`, a
+    variant of its file) in `order`."""
+    from part5_profiling import gluon_backward
+
+    gb = module or gluon_backward
 
     def backward(Q, K, V, O, L, dO, causal):
         seqs = [t.reshape(-1, *t.shape[-2:]).contiguous() for t in (Q, K, V, O, dO)]
@@ -189,12 +195,15 @@ def run_backward(seq_lens, head_dims, save=None):
     calls = {"part 4": part4.flash_backward, "Gluon, one pass": gluon_backward()}
     orders = {name: getattr(gb, order) for name, order in BWD_ORDERS.items()}
     calls.update({name: gluon_backward(order) for name, order in orders.items()})
+    calls[TILE128] = gluon_backward(module=steps.load_variant(5, "bwd_tile128"))  # D = 64 only
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, b=B, h=H):
         o, lse = part4.flash_forward(q, k, v, causal)
         found = []
         for name, backward in calls.items():
             if orders.get(name) == gb.default_order(causal, n):  # "Gluon, one pass" runs in this order already
+                continue
+            if name == TILE128 and d != 64:
                 continue
             row = dict(candidate=name, B=B, H=H, N=n, D=d, dtype="bf16", causal=int(causal), **meta)
             try:
