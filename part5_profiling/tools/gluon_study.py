@@ -85,8 +85,6 @@ def forward_calls(d):
 
 def candidate_calls(d):
     """{name: forward}: the shipped forward, then the candidate changes at head dim d."""
-    from common import steps
-
     poly = steps.load_variant(5, "exp2_poly")
     calls = {"shipped": gluon_forward()}
     calls["exp2 by polynomial, half"] = gluon_forward(module=poly, EMULATED=2)
