@@ -150,7 +150,7 @@ def test_stage_variants_do_what_they_say():
     assert not torch.allclose(o_none, o)
 
 
-FORWARD_VARIANTS = """
+CANDIDATE_PATCHES = """
 import re
 from common import steps, triton_tools
 from part5_profiling.tools.ladder import TYPES
@@ -170,8 +170,8 @@ print("bwd_tile128", meta["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tens
 """
 
 
-def test_forward_candidates_compute_and_compile():
-    """The forward's candidate patches (tools/variants/, timed by gluon_study --candidates). exp2_poly
+def test_candidate_patches_compute_and_compile():
+    """Part 5's Gluon candidate patches (tools/variants/, timed by gluon_study). exp2_poly
     makes some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does
     it, is 2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is
     masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
@@ -197,15 +197,14 @@ def test_forward_candidates_compute_and_compile():
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run(
-        [sys.executable, "-c", FORWARD_VARIANTS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", CANDIDATE_PATCHES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
     counts = {name: (int(ex2), int(stores)) for name, ex2, stores in (x.split() for x in out.stdout.splitlines())}
     assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
     assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
-    assert counts["bwd_tile128"] == (128, 2), (
-        counts
-    )  # 128 queries a step; one TMA add in each of its two steps (masked, not)
+    # bwd_tile128: 128 queries a step; one TMA add of dQ in each of its two steps (masked and not)
+    assert counts["bwd_tile128"] == (128, 2), counts
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")
@@ -895,7 +894,7 @@ def test_backward_with_128_queries_a_step_keeps_the_sums_layout():
     fragment order one after another, each warpgroup adding the block of its own 64 rows; here its
     _dq_convert (a `tl` kernel, run as this machine runs them) reads a sum with 128-row tiles back
     into row order as from_fragment_order does, ragged last tile included. Its Gluon kernel compiles
-    for sm_90 (tests/test_part5_tools.py's forward candidates' compile, which checks the TMA adds)."""
+    for sm_90 (test_candidate_patches_compute_and_compile, which checks its TMA adds)."""
     from common import steps
 
     module = steps.load_variant(5, "bwd_tile128")
