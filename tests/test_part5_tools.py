@@ -154,7 +154,7 @@ CANDIDATE_PATCHES = """
 import re
 from common import steps, triton_tools
 from part5_profiling.tools.ladder import TYPES
-for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {})):
+for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {}), ("cond_rescale", {})):
     module = steps.load_variant(5, name)
     fn = module._attn_fwd_gluon
     meta = module.constexprs(64, False) | changes
@@ -172,13 +172,14 @@ print("bwd_tile128", meta["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tens
 
 def test_candidate_patches_compute_and_compile():
     """Part 5's Gluon candidate patches (tools/variants/, timed by gluon_study). exp2_poly
-    makes some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does
-    it, is 2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is
-    masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
-    polynomial: every split and join of the score tile stays in the registers that hold it
-    (assert_trivial), and fewer MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles
-    to a forward whose O leaves by TMA stores. The backward candidate bwd_tile128 compiles at D = 64
-    with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
+        makes some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does
+        it, is 2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is
+        masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
+        polynomial: every split and join of the score tile stays in the registers that hold it
+        (assert_trivial), and fewer MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles
+        to a forward whose O leaves by TMA stores; cond_rescale (O rescaled only where a row's maximum
+    rose by more than a factor 2^8) compiles with as many exponentials as the shipped kernel. The backward candidate bwd_tile128 compiles at D = 64
+        with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
     from common import steps
 
     patch = steps.variant(5, "exp2_poly")
@@ -203,6 +204,7 @@ def test_candidate_patches_compute_and_compile():
     counts = {name: (int(ex2), int(stores)) for name, ex2, stores in (x.split() for x in out.stdout.splitlines())}
     assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
     assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
+    assert counts["cond_rescale"] == (counts["o_tma"][0], 0), counts  # as many exponentials as shipped
     # bwd_tile128: 128 queries a step; one TMA add of dQ in each of its two steps (masked and not)
     assert counts["bwd_tile128"] == (128, 2), counts
 

@@ -18,6 +18,7 @@ to the forward tried and not shipped, each against the shipped forward in three 
 rounds at N = 4096 (the median of each one's speed over the shipped one's in the same round): exp2
 partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
 tile's exponentials), O written through shared memory by one TMA store (tools/variants/o_tma.diff),
+O rescaled only when a row's maximum rose by more than 8 in log2 (tools/variants/cond_rescale.diff),
 and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
 is checked against the float64 reference on the inputs it is timed on, then timed by CUDA-graph
 replay (median), with its speed as a fraction of cuDNN's in the same run. Rows of earlier versions
@@ -90,6 +91,7 @@ def candidate_calls(d):
     calls["exp2 by polynomial, half"] = gluon_forward(module=poly, EMULATED=2)
     calls["exp2 by polynomial, a quarter"] = gluon_forward(module=poly, EMULATED=4)
     calls["O by a TMA store"] = gluon_forward(module=steps.load_variant(5, "o_tma"))
+    calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)

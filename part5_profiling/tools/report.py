@@ -645,7 +645,8 @@ def table_gluon_candidates(gpu_dir):
         "Forward TFLOP/s (CUDA-graph replay, the median of three interleaved rounds), B=4, H=8, bf16, and in "
         "brackets the speed over the shipped forward's (the median of each round's own ratio): exponentials partly "
         "by a polynomial on the FMA units (tools/variants/exp2_poly.diff), O written by a TMA store "
-        "(tools/variants/o_tma.diff) and, at D = 128, ping-pong:"
+        "(tools/variants/o_tma.diff), O rescaled only when a row's maximum moved by more than 2^8 "
+        "(tools/variants/cond_rescale.diff) and, at D = 128, ping-pong:"
     )
     command = f"{GLUON_STUDY} --candidates"
     return _study(gpu_dir, "part5_gluon_candidates.csv", command, caption, ["shipped"], "vs_shipped")
