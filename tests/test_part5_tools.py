@@ -909,3 +909,25 @@ def test_backward_with_128_queries_a_step_keeps_the_sums_layout():
     grid = (2 * n_seqs,)  # two tiles of 128 queries per sequence
     module._dq_convert[grid](dq32, dq, n_q, n_seqs, heads, 0, n_q * 64, 64, scale, D=64, BLOCK_M=128)
     torch.testing.assert_close(dq, module.from_fragment_order(dq32, n_q) * scale)
+
+
+def test_gluon_candidates_table_shows_each_gpu_folder(tmp_path, monkeypatch):
+    """The forward candidates' table: every GPU folder that ran them, each naming its GPU (the H200's log
+    shows the H100's rounds); none yet: the report's missing-CSV line."""
+    from lab import report as lab_report
+    from part5_profiling.tools import gluon_study, report
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    (tmp_path / "h200").mkdir()
+    (tmp_path / "h100").mkdir()
+    assert "part5_gluon_candidates.csv missing" in lab_report.render(report.table_gluon_candidates, tmp_path / "h200")
+    fields = [*gluon_study.FIELDS, "vs_shipped", "rounds"]
+    rows = [
+        study_row(variant=v, N=4096, D=64, causal=0, graph_ms=ms, graph_tflops=t, vs_cudnn="", check=c, vs_shipped=x)
+        for v, ms, t, c, x in (("shipped", 0.33, 418.0, "ok", 1.0), ("O by a TMA store", 0.32, 432.0, "ok", 1.025))
+    ]
+    rows.append(study_row(variant="exp2 by polynomial, half", N=4096, D=64, causal=0, graph_ms="", graph_tflops="",
+                          vs_cudnn="", check="FAIL O 1e-3<=1e-2 ok  L 5e-5<=3e-5 FAIL", vs_shipped=""))  # fmt: skip
+    write_csv(tmp_path / "h100" / "part5_gluon_candidates.csv", [dict(r, gpu="NVIDIA H100") for r in rows], fields)
+    table = report.table_gluon_candidates(tmp_path / "h200")
+    assert "_NVIDIA H100;" in table and "| 64 | no | 4096 | 418 (1.00x) | 432 (1.02x) | wrong L |" in table

@@ -648,8 +648,10 @@ def table_gluon_candidates(gpu_dir):
         "(tools/variants/o_tma.diff), O rescaled only when a row's maximum moved by more than 2^8 "
         "(tools/variants/cond_rescale.diff) and, at D = 128, ping-pong:"
     )
-    command = f"{GLUON_STUDY} --candidates"
-    return _study(gpu_dir, "part5_gluon_candidates.csv", command, caption, ["shipped"], "vs_shipped")
+    command, csv = f"{GLUON_STUDY} --candidates", "part5_gluon_candidates.csv"
+    found = [d for d in _every_gpu(gpu_dir, csv) if (d / csv).exists()]  # each GPU's, naming it
+    tables = [_study(d, csv, command, caption, ["shipped"], "vs_shipped") for d in found]
+    return "\n\n".join(tables) if tables else _study(gpu_dir, csv, command, caption)  # none: the missing CSV's line
 
 
 def _line(csv, command):
