@@ -37,6 +37,7 @@ from common import ROOT, parts, steps
 
 ENV = parts.EXERCISE  # "<part>=<path>": a learner's file graded in the part's place
 WORKSPACE = ROOT / "workspace"
+GRADE_TIMEOUT = 300  # seconds: the graders take 5-25 s on a laptop's CPU; a loop that never ends is stopped
 FIELD = re.compile(r"# (\w+): (.*)")
 
 
@@ -199,14 +200,19 @@ def grade(exercise, file=None, first_failure=False, quiet=False):
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=line", "-rf", "-W", "ignore"]
     cmd += ["--part", str(exercise.part), *(["-x"] if first_failure else []), *exercise.grade]
     start = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=GRADE_TIMEOUT)
+        code, text = out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as e:  # what it printed so far (bytes, whatever text= said)
+        code = None
+        text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
+        text += f"\n(the graders did not finish in {GRADE_TIMEOUT} s and were stopped: a loop that never ends?)"
     seconds = time.perf_counter() - start
-    text = out.stdout + out.stderr
-    if out.returncode not in (0, 1):  # 2-5: pytest could not run the tests (an import error in the file, ...)
-        text += f"\n(pytest exited with {out.returncode}: the tests did not run to the end)"
+    if code not in (0, 1, None):  # 2-5: pytest could not run the tests (an import error in the file, ...)
+        text += f"\n(pytest exited with {code}: the tests did not run to the end)"
     if not quiet:
-        print(summary(exercise, out.returncode == 0, seconds, text))
-    return out.returncode == 0, seconds, text
+        print(summary(exercise, code == 0, seconds, text))
+    return code == 0, seconds, text
 
 
 def summary(exercise, passed, seconds, text):

@@ -60,6 +60,17 @@ def test_handing_out_keeps_work_and_grading_names_the_failure(tmp_path, monkeypa
     assert not passed and "NOT YET" in shown and "test_rescale" in shown and "FAIL" in shown and "Hint:" in shown
 
 
+def test_a_handout_that_never_ends_is_stopped(tmp_path, monkeypatch, capsys):
+    """A learner's loop that never ends: the graders are stopped after GRADE_TIMEOUT and `make check` says so."""
+    monkeypatch.setattr(exercises, "GRADE_TIMEOUT", 20)
+    exercise = exercises.find(0, "rescale")
+    path = tmp_path / exercise.target.name
+    path.write_text(exercise.solution() + "\nwhile True:\n    pass\n")  # hangs at import
+    passed, seconds, _ = exercises.grade(exercise, path)
+    shown = capsys.readouterr().out
+    assert not passed and seconds < 60 and "did not finish in 20 s" in shown and "NOT YET" in shown
+
+
 def test_unknown_names_are_refused(capsys):
     assert exercises.main(["--part", "0", "--name", "nope"]) == 2
     assert "rescale" in capsys.readouterr().err
