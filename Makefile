@@ -3,12 +3,15 @@
 # `make install` makes a virtual environment in .venv (python -m common.install first picks torch's
 # CPU build on a machine without a GPU), then pip install -e ".[dev]". Every other target installs
 # first if .venv is not there. With torch and Triton already installed, use that Python as it is:
-#   make test PYTHON=python3
+#   make test PYTHON=python3       (JOBS=1 where that Python has no pytest-xdist)
 
 PART ?=
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
 PART_ARG = $(if $(PART),--part $(PART),)
+# The tests in JOBS processes (pytest-xdist; auto: one per CPU core); JOBS=1 for a Python without it.
+JOBS ?= auto
+JOBS_ARG = $(if $(filter 1,$(JOBS)),,-n $(JOBS))
 FOLDER = $(firstword $(wildcard part$(PART)_*))
 STEP_ARG = $(if $(STEP),--step $(STEP),)
 
@@ -21,7 +24,7 @@ endif
 
 help:
 	@echo "make install            .venv with torch (its CPU build where there is no GPU) and pip install -e \".[dev]\""
-	@echo "make test [PART=N]      the whole suite, or part N's own tests"
+	@echo "make test [PART=N]      the whole suite, or part N's own tests (a process per core; JOBS=1: one)"
 	@echo "make test-house         the house's tests alone: READMEs, report, harness, install"
 	@echo "make bench [PART=N]     check, then time against every SDPA backend (GPU); check only without a GPU"
 	@echo "make report [GPU=h200]  README tables and plots from results/h200/; GPU=x: results/x/summary.md only"
@@ -53,10 +56,10 @@ $(VENV)/.installed: pyproject.toml
 	@echo "Installed. Activate it (. $(VENV)/bin/activate) to run python and pytest; make uses it by itself."
 
 test: $(ENV)
-	$(PYTHON) -m pytest $(PART_ARG)
+	$(PYTHON) -m pytest $(JOBS_ARG) $(PART_ARG)
 
 test-house: $(ENV)
-	$(PYTHON) -m pytest --house
+	$(PYTHON) -m pytest $(JOBS_ARG) --house
 
 bench: $(ENV)
 	$(PYTHON) -m lab.bench $(PART_ARG)
