@@ -171,15 +171,15 @@ print("bwd_tile128", meta["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tens
 
 
 def test_candidate_patches_compute_and_compile():
-    """Part 5's Gluon candidate patches (tools/variants/, timed by gluon_study). exp2_poly
-        makes some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does
-        it, is 2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is
-        masked), and the kernel compiles for sm_90 with half and a quarter of the exponentials by the
-        polynomial: every split and join of the score tile stays in the registers that hold it
-        (assert_trivial), and fewer MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles
-        to a forward whose O leaves by TMA stores; cond_rescale (O rescaled only where a row's maximum
-    rose by more than a factor 2^8) compiles with as many exponentials as the shipped kernel. The backward candidate bwd_tile128 compiles at D = 64
-        with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
+    """Part 5's Gluon candidate patches (tools/variants/, timed by gluon_study). exp2_poly makes
+    some exponentials on the FMA units: its arithmetic, done here in float32 as the kernel does it, is
+    2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is masked), and
+    the kernel compiles for sm_90 with half and a quarter of the exponentials by the polynomial: every
+    split and join of the score tile stays in the registers that hold it (assert_trivial), and fewer
+    MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles to a forward whose O leaves by
+    TMA stores; cond_rescale (O rescaled only where a row's maximum rose by more than a factor 2^8)
+    compiles with as many exponentials as the shipped kernel. The backward candidate bwd_tile128
+    compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
     from common import steps
 
     patch = steps.variant(5, "exp2_poly")
@@ -921,13 +921,15 @@ def test_gluon_candidates_table_shows_each_gpu_folder(tmp_path, monkeypatch):
     (tmp_path / "h200").mkdir()
     (tmp_path / "h100").mkdir()
     assert "part5_gluon_candidates.csv missing" in lab_report.render(report.table_gluon_candidates, tmp_path / "h200")
-    fields = [*gluon_study.FIELDS, "vs_shipped", "rounds"]
+    fields = gluon_study.CANDIDATE_FIELDS
     rows = [
         study_row(variant=v, N=4096, D=64, causal=0, graph_ms=ms, graph_tflops=t, vs_cudnn="", check=c, vs_shipped=x)
         for v, ms, t, c, x in (("shipped", 0.33, 418.0, "ok", 1.0), ("O by a TMA store", 0.32, 432.0, "ok", 1.025))
     ]
     rows.append(study_row(variant="exp2 by polynomial, half", N=4096, D=64, causal=0, graph_ms="", graph_tflops="",
                           vs_cudnn="", check="FAIL O 1e-3<=1e-2 ok  L 5e-5<=3e-5 FAIL", vs_shipped=""))  # fmt: skip
-    write_csv(tmp_path / "h100" / "part5_gluon_candidates.csv", [dict(r, gpu="NVIDIA H100") for r in rows], fields)
+    rows = [dict(r, gpu="NVIDIA H100", rounds=3) for r in rows]
+    write_csv(tmp_path / "h100" / "part5_gluon_candidates.csv", rows, fields)
     table = report.table_gluon_candidates(tmp_path / "h200")
     assert "_NVIDIA H100;" in table and "| 64 | no | 4096 | 418 (1.00x) | 432 (1.02x) | wrong L |" in table
+    assert "the median of 3 interleaved rounds" in table  # the CSV's rounds, not a number in the caption

@@ -641,8 +641,9 @@ def table_gluon(gpu_dir):
 
 
 def table_gluon_candidates(gpu_dir):
+    """Each GPU folder's forward candidates (_every_gpu), each naming its GPU and how many rounds it ran."""
     caption = (
-        "Forward TFLOP/s (CUDA-graph replay, the median of three interleaved rounds), B=4, H=8, bf16, and in "
+        "Forward TFLOP/s (CUDA-graph replay, the median of {} interleaved rounds), B=4, H=8, bf16, and in "
         "brackets the speed over the shipped forward's (the median of each round's own ratio): exponentials partly "
         "by a polynomial on the FMA units (tools/variants/exp2_poly.diff), O written by a TMA store "
         "(tools/variants/o_tma.diff), O rescaled only when a row's maximum moved by more than 2^8 "
@@ -650,7 +651,8 @@ def table_gluon_candidates(gpu_dir):
     )
     command, csv = f"{GLUON_STUDY} --candidates", "part5_gluon_candidates.csv"
     found = [d for d in _every_gpu(gpu_dir, csv) if (d / csv).exists()]  # each GPU's, naming it
-    tables = [_study(d, csv, command, caption, ["shipped"], "vs_shipped") for d in found]
+    rounds = {d: max(int(r["rounds"] or 0) for r in read_csv(d / csv)) for d in found}
+    tables = [_study(d, csv, command, caption.format(rounds[d]), ["shipped"], "vs_shipped") for d in found]
     return "\n\n".join(tables) if tables else _study(gpu_dir, csv, command, caption)  # none: the missing CSV's line
 
 
