@@ -902,10 +902,10 @@ def test_backward_with_128_queries_a_step_keeps_the_sums_layout():
     module = steps.load_variant(5, "bwd_tile128")
     assert module.BLOCK_MS == {64: 128, 128: 64} and module.constexprs(64, False)["BLOCK_M"] == 128
     n_seqs, n_q, heads, scale = 3, 200, 3, 0.5
-    plan = module.Plan((n_seqs, n_q, 64), (n_seqs, n_q, 64), "cpu", torch.float32, False)
+    plan = module.Plan((n_seqs, n_q, 64), (n_seqs, n_q, 64), DEVICE, torch.float32, False)
     assert plan.dq32_shape == (n_seqs, 256, 64) and plan.stats_shape == (2, n_seqs, 256)
-    dq32 = torch.randn(plan.dq32_shape)
-    dq = torch.empty(n_seqs, n_q, 64)
+    dq32 = torch.randn(plan.dq32_shape, device=DEVICE)
+    dq = torch.empty(n_seqs, n_q, 64, device=DEVICE)
     grid = (2 * n_seqs,)  # two tiles of 128 queries per sequence
     module._dq_convert[grid](dq32, dq, n_q, n_seqs, heads, 0, n_q * 64, 64, scale, D=64, BLOCK_M=128)
     torch.testing.assert_close(dq, module.from_fragment_order(dq32, n_q) * scale)
