@@ -107,7 +107,7 @@ def alike(a, b):
     return same(a, b, skip=("step", "ptx"))
 
 
-@pytest.mark.timeout(900)  # its fixture compiles about 50 kernels, minutes where other tests share the CPUs
+@pytest.mark.timeout(900)  # its fixture compiles every step's kernels: minutes where other tests share the CPUs
 def test_every_step_compiles_and_holds_its_idea(part, compiled):
     c = {(step, d): r for (step, kind, d), r in compiled.items() if step[:3] == kind}  # the lesson's
     m = {key: r for key, r in compiled.items() if key[0].startswith("model")}

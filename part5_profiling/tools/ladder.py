@@ -506,7 +506,7 @@ def main(argv=None):
         chosen = [n for n in names if n not in extras() and n in (args.step or names)]
         jobs = [(name, kind, d, causal) for name in chosen for kind in kernels(name) for d, causal in COMPILED_SHAPES]
         facts = []
-        # about 50 kernels of 5-25 s each: compiled in fresh processes side by side, printed in order
+        # every step's kernels at each shape, compiled in fresh processes side by side, printed in order
         spawn = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(min(8, os.cpu_count() or 1), mp_context=spawn) as pool:
             for fact in pool.map(compiled_facts, *zip(*jobs)):
