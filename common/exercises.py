@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,8 +151,6 @@ def rebase(n, rev):
     """After editing a part's files: each exercise's patch made again on today's file, the edit merged
     into its handout (git merge-file: the file at commit `rev` the base, today's file and the old
     handout the two sides). Returns the exercises rewritten; ValueError where the edit touches a hole."""
-    import tempfile
-
     rewritten = []
     for exercise in of(n):
         head = f"{parts.folder(n).name}/{exercise.target.as_posix()}"
@@ -200,13 +199,18 @@ def grade(exercise, file=None, first_failure=False, quiet=False):
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=line", "-rf", "-W", "ignore"]
     cmd += ["--part", str(exercise.part), *(["-x"] if first_failure else []), *exercise.grade]
     start = time.perf_counter()
-    try:
-        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=GRADE_TIMEOUT)
-        code, text = out.returncode, out.stdout + out.stderr
-    except subprocess.TimeoutExpired as e:  # what it printed so far (bytes, whatever text= said)
-        code = None
-        text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
-        text += f"\n(the graders did not finish in {GRADE_TIMEOUT} s and were stopped: a loop that never ends?)"
+    # the graders' temporary files go in a folder of their own, removed here: a run stopped for its
+    # time cannot remove its own
+    with tempfile.TemporaryDirectory(prefix="flash-attention-grade-") as scratch:
+        try:
+            out = subprocess.run(
+                cmd, cwd=ROOT, env=dict(env, TMPDIR=scratch), capture_output=True, text=True, timeout=GRADE_TIMEOUT
+            )
+            code, text = out.returncode, out.stdout + out.stderr
+        except subprocess.TimeoutExpired as e:  # what it printed so far (bytes, whatever text= said)
+            code = None
+            text = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (e.stdout, e.stderr) if x)
+            text += f"\n(the graders did not finish in {GRADE_TIMEOUT} s and were stopped: a loop that never ends?)"
     seconds = time.perf_counter() - start
     if code not in (0, 1, None):  # 2-5: pytest could not run the tests (an import error in the file, ...)
         text += f"\n(pytest exited with {code}: the tests did not run to the end)"

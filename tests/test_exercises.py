@@ -2,6 +2,7 @@
 passes with the solution put back, is named in its part's README, and has a hole to fill."""
 
 import re
+import tempfile
 
 import pytest
 
@@ -63,12 +64,16 @@ def test_handing_out_keeps_work_and_grading_names_the_failure(tmp_path, monkeypa
 def test_a_handout_that_never_ends_is_stopped(tmp_path, monkeypatch, capsys):
     """A learner's loop that never ends: the graders are stopped after GRADE_TIMEOUT and `make check` says so."""
     monkeypatch.setattr(exercises, "GRADE_TIMEOUT", 20)
+    (tmp_path / "tmp").mkdir()  # this process's and its children's temporary folder
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     exercise = exercises.find(0, "rescale")
     path = tmp_path / exercise.target.name
     path.write_text(exercise.solution() + "\nwhile True:\n    pass\n")  # hangs at import
     passed, seconds, _ = exercises.grade(exercise, path)
     shown = capsys.readouterr().out
     assert not passed and seconds < 60 and "did not finish in 20 s" in shown and "NOT YET" in shown
+    assert not list((tmp_path / "tmp").iterdir()), "the stopped graders left temporary files behind"
 
 
 def test_unknown_names_are_refused(capsys):
