@@ -496,14 +496,18 @@ def _fa4_table(gpu_dir):
             mine = [each[2][n]["tflops"] / each[0][n]["tflops"] for n in common]
             vs_fa4 = f"{statistics.median(mine):.2f}x ({min(mine):.2f}-{max(mine):.2f})"
             vs_cudnn = statistics.median(each[0][n]["tflops"] / each[1][n]["tflops"] for n in common)
+            graphs = [(each[2][n]["graph_tflops"], each[0][n]["graph_tflops"]) for n in common]
         elif all(x and x["tflops"] for x in three):
             used += three
             fa4, cudnn, ours = (x["tflops"] for x in three)
             vs_fa4, vs_cudnn = f"{ours / fa4:.2f}x", fa4 / cudnn
+            graphs = [(three[2]["graph_tflops"], three[0]["graph_tflops"])]
         else:
             continue
+        by_graph = [g / f for g, f in graphs if g and f]  # the same ratio by CUDA-graph replay: no host time in it
         body.append([*(r[c] for c in ("mode", "D")), yes_no(r["causal"]), r["N"]])
         body[-1] += [f"{fa4:.0f}", f"{cudnn:.0f}", f"{ours:.0f}", f"{vs_cudnn:.2f}x", vs_fa4]
+        body[-1].append(f"{statistics.median(by_graph):.2f}x" if len(by_graph) == len(graphs) else "—")
     if not body:
         return None
     how = (
@@ -512,10 +516,12 @@ def _fa4_table(gpu_dir):
     caption = (
         "B=4, H=8, bf16, TFLOP/s by `do_bench`, each shape's three rows from one invocation of the benchmark"
         + (f" ({how}; part 5 / FA4 as the median of each run's ratio, the range in brackets)" if how else "")
-        + ":"
+        + "; the last column is the same ratio by CUDA-graph replay, which leaves the host's launch time out"
+        " (where the two ratios differ, one of the kernels waited on its host in `do_bench`):"
     )
     header = ["mode", "D", "causal", "N", "FA4", "SDPA cuDNN", "part 5", "FA4 / cuDNN", "part 5 / FA4"]
-    return _table(used, "python -m lab.bench --fa4 ...", caption, header, body, "llrr" + "r" * 5)
+    header.append("part 5 / FA4, graph replay")
+    return _table(used, "python -m lab.bench --fa4 ...", caption, header, body, "llrr" + "r" * 6)
 
 
 # ------------------------------------------------------------------------------------ the host path
