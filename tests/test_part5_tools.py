@@ -162,6 +162,10 @@ for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULAT
     ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
     stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
     print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
+from part5_profiling import gluon_attention
+from part5_profiling.tools.gluon_study import exponentials_before_pv_wait
+for name, module in (("shipped", gluon_attention), ("pack_late", steps.load_variant(5, "pack_late"))):
+    print(name, exponentials_before_pv_wait(module, 128), 0)
 module = steps.load_variant(5, "bwd_tile128")
 fn, meta = module._attn_bwd_gluon, module.constexprs(64, False)
 signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
@@ -178,7 +182,10 @@ def test_candidate_patches_compute_and_compile():
     split and join of the score tile stays in the registers that hold it (assert_trivial), and fewer
     MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles to a forward whose O leaves by
     TMA stores; cond_rescale (O rescaled only where a row's maximum rose by more than a factor 2^8)
-    compiles with as many exponentials as the shipped kernel. The backward candidate bwd_tile128
+    compiles with as many exponentials as the shipped kernel. At D = 128 the shipped forward waits for
+    P_{j-1} V_{j-1} before nearly all of P_j's 66 exponentials (in the SASS: ptxas packs P_j into the
+    registers the product still reads, so it moves the wait up); pack_late packs P_j only when its own
+    product is issued, and most of them run ahead of the wait. The backward candidate bwd_tile128
     compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
     from common import steps
 
@@ -206,6 +213,8 @@ def test_candidate_patches_compute_and_compile():
     assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
     # cond_rescale: as many exponentials as o_tma, whose softmax is the shipped one
     assert counts["cond_rescale"] == (counts["o_tma"][0], 0), counts
+    # the softmax beside its own P V at D = 128: a few of the 66 exponentials in the shipped forward, most in pack_late
+    assert counts["shipped"][0] <= 8 and counts["pack_late"][0] >= 48, counts
     # bwd_tile128: 128 queries a step; one TMA add of dQ in each of its two steps (masked and not)
     assert counts["bwd_tile128"] == (128, 2), counts
 

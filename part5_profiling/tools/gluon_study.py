@@ -19,19 +19,27 @@ rounds at N = 4096 (the median of each one's speed over the shipped one's in the
 partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
 tile's exponentials), O written through shared memory by one TMA store (tools/variants/o_tma.diff),
 O rescaled only when a row's maximum rose by more than 8 in log2 (tools/variants/cond_rescale.diff),
-and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
+P packed to bf16 when its product is issued, not when it is made (tools/variants/pack_late.diff: in
+the shipped forward ptxas puts the wait for P_{j-1} V_{j-1} ahead of P_j's exponentials, so a
+warpgroup's softmax does not overlap its own product; exponentials_before_pv_wait reads it off the
+SASS), and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
 is checked against the float64 reference on the inputs it is timed on, then timed by CUDA-graph
 replay (median), with its speed as a fraction of cuDNN's in the same run. Rows of earlier versions
 of this study stay in the CSVs.
 """
 
 import functools
+import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 
 import torch
+import triton
 
-from common import runtime, steps
+from common import runtime, steps, triton_tools
 from lab import impls, results, study
 from lab.bench import each_shape, timed_call
 from lab.timing import attention_flops, graph_time_ms, tflops
@@ -94,10 +102,38 @@ def candidate_calls(d):
     calls["exp2 by polynomial, a quarter"] = gluon_forward(module=poly, EMULATED=4)
     calls["O by a TMA store"] = gluon_forward(module=steps.load_variant(5, "o_tma"))
     calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
+    calls["P packed at its product"] = gluon_forward(module=steps.load_variant(5, "pack_late"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
     return calls
+
+
+def exponentials_before_pv_wait(module, d, causal=False):
+    """The most MUFU exponentials the forward of `module` (gluon_attention or a variant of it), compiled
+    for sm_90 at head dim d, runs between issuing a P V product and waiting for it (WARPGROUP.DEPBAR to
+    0 in the SASS, disassembled by the nvdisasm Triton ships): how much of a warpgroup's softmax
+    overlaps its own P V. Needs no GPU."""
+    from part5_profiling.tools.ladder import TYPES  # the argument types the ladder compiles with
+
+    fn, meta = module._attn_fwd_gluon, module.constexprs(d, causal)
+    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
+    cubin = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["cubin"]
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    most, count = 0, None
+    for line in sass.splitlines():
+        if re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", line):  # P V: its A operand, P, from registers
+            count = 0
+        elif count is not None and "MUFU.EX2" in line:
+            count += 1
+        elif count is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
+            most, count = max(most, count), None
+    return most
 
 
 def run_candidates(seq_lens, head_dims, rounds=3, save=None):
