@@ -91,17 +91,27 @@ def resources(compiled):
     return dict(num_warps=meta.num_warps, num_stages=meta.num_stages, shared=meta.shared, regs=n_regs, spills=n_spills)
 
 
-def binary_resources(cubin):
-    """(registers per thread, stack bytes) of a compiled binary (CompiledKernel.asm["cubin"]), read with the
-    cuobjdump Triton ships: no GPU needed, so a kernel compiled for another target can be read too."""
+def _on_cubin(tool, cubin, *flags):
+    """The output of `tool` (a CUDA binary tool Triton ships: cuobjdump, nvdisasm) run on a cubin."""
     import triton
 
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([str(path), *flags, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def binary_resources(cubin):
+    """(registers per thread, stack bytes) of a compiled binary (CompiledKernel.asm["cubin"]), read with the
+    cuobjdump Triton ships: no GPU needed, so a kernel compiled for another target can be read too."""
+    out = _on_cubin("cuobjdump", cubin, "-res-usage")
     found = re.search(r"REG:(\d+) STACK:(\d+)", out)
     if found is None:
         raise RuntimeError(f"no resource usage in cuobjdump's output: {out[-200:]!r}")
     return int(found[1]), int(found[2])
+
+
+def sass(cubin):
+    """A compiled binary's machine code (SASS), as the nvdisasm Triton ships prints it: no GPU needed."""
+    return _on_cubin("nvdisasm", cubin, "-c")

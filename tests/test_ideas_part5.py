@@ -32,12 +32,10 @@ FORWARD = "gluon_attention.py"
 D, CAUSAL = 64, False  # CONFIGS[64]: WARPGROUPS = 3, STAGES = 4, PINGPONG on
 COMPILE = """
 import json, sys
-from common import exercises, triton_tools
-from part5_profiling.tools.ladder import TYPES
+from common import exercises
+from part5_profiling.tools.ladder import compile_gluon
 module = exercises.learner_module(5, sys.argv[1])
-fn, meta = module._attn_fwd_gluon, module.constexprs(int(sys.argv[2]), sys.argv[3] == "1")
-signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-kernel = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
+kernel = compile_gluon(module, "fwd", int(sys.argv[2]), sys.argv[3] == "1")
 with open(sys.argv[4], "w") as f:
     json.dump(dict(ptx=kernel.asm["ptx"], ttgir=kernel.asm["ttgir"]), f)
 """

@@ -152,25 +152,19 @@ def test_stage_variants_do_what_they_say():
 
 CANDIDATE_PATCHES = """
 import re
-from common import steps, triton_tools
-from part5_profiling.tools.ladder import TYPES
-for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {}), ("cond_rescale", {})):
-    module = steps.load_variant(5, name)
-    fn = module._attn_fwd_gluon
-    meta = module.constexprs(64, False) | changes
-    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-    ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
-    stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
-    print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
+from common import steps
 from part5_profiling import gluon_attention
 from part5_profiling.tools.gluon_study import exponentials_before_pv_wait
+from part5_profiling.tools.ladder import compile_gluon
+for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {}), ("cond_rescale", {})):
+    ptx = compile_gluon(steps.load_variant(5, name), "fwd", 64, False, **changes).asm["ptx"]
+    stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
+    print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
 for name, module in (("shipped", gluon_attention), ("pack_late", steps.load_variant(5, "pack_late"))):
-    print(name, exponentials_before_pv_wait(module, 128), 0)
+    print(name, exponentials_before_pv_wait(module, 128))
 module = steps.load_variant(5, "bwd_tile128")
-fn, meta = module._attn_bwd_gluon, module.constexprs(64, False)
-signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-ptx = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["ptx"]
-print("bwd_tile128", meta["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tensor.2d", ptx)))
+ptx = compile_gluon(module, "bwd", 64, False).asm["ptx"]
+print("bwd_tile128", module.constexprs(64, False)["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tensor.2d", ptx)))
 """
 
 
@@ -208,13 +202,13 @@ def test_candidate_patches_compute_and_compile():
         [sys.executable, "-c", CANDIDATE_PATCHES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    counts = {name: (int(ex2), int(stores)) for name, ex2, stores in (x.split() for x in out.stdout.splitlines())}
+    counts = {name: tuple(map(int, rest)) for name, *rest in (x.split() for x in out.stdout.splitlines())}
     assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
     assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
     # cond_rescale: as many exponentials as o_tma, whose softmax is the shipped one
     assert counts["cond_rescale"] == (counts["o_tma"][0], 0), counts
     # the softmax beside its own P V at D = 128: a few of the 66 exponentials in the shipped forward, most in pack_late
-    assert counts["shipped"][0] <= 8 and counts["pack_late"][0] >= 48, counts
+    assert counts["shipped"] <= (8,) and counts["pack_late"] >= (48,), counts
     # bwd_tile128: 128 queries a step; one TMA add of dQ in each of its two steps (masked and not)
     assert counts["bwd_tile128"] == (128, 2), counts
 

@@ -29,17 +29,13 @@ of this study stay in the CSVs.
 """
 
 import functools
-import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 
 import torch
-import triton
 
-from common import runtime, steps, triton_tools
+from common import runtime, steps
 from lab import impls, results, study
 from lab.bench import each_shape, timed_call
 from lab.timing import attention_flops, graph_time_ms, tflops
@@ -112,19 +108,11 @@ def candidate_calls(d):
 def exponentials_before_pv_wait(module, d, causal=False):
     """The most MUFU exponentials the forward of `module` (gluon_attention or a variant of it), compiled
     for sm_90 at head dim d, runs between issuing a P V product and waiting for it (WARPGROUP.DEPBAR to
-    0 in the SASS, disassembled by the nvdisasm Triton ships): how much of a warpgroup's softmax
-    overlaps its own P V. Needs no GPU."""
-    from part5_profiling.tools.ladder import TYPES  # the argument types the ladder compiles with
+    0 in the SASS): how much of a warpgroup's softmax overlaps its own P V. Needs no GPU."""
+    from lab import compiler
+    from part5_profiling.tools.ladder import compile_gluon
 
-    fn, meta = module._attn_fwd_gluon, module.constexprs(d, causal)
-    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-    cubin = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True).asm["cubin"]
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(cubin)
-        sass = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    sass = compiler.sass(compile_gluon(module, "fwd", d, causal).asm["cubin"])
     most, count = 0, None
     for line in sass.splitlines():
         if re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", line):  # P V: its A operand, P, from registers

@@ -373,14 +373,19 @@ TYPES = dict.fromkeys(("Q", "K", "V", "O", "DO", "DK", "DV"), "*bf16") | {"scale
 TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
 
 
+def compile_gluon(module, kind, d, causal, **changes):
+    """The main Gluon kernel of `kind` ("fwd", "bwd") of `module` (a Gluon file, a step's or a variant's)
+    compiled for sm_90 at this D and mask, its compile-time arguments changed where given. No GPU needed."""
+    fn = module._attn_fwd_gluon if kind == "fwd" else module._attn_bwd_gluon
+    meta = module.constexprs(d, causal) | changes
+    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
+    return triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
+
+
 def compiled_facts(name, kind, d, causal):
     """Step `name`'s main kernel of `kind` ("fwd", "bwd") compiled for sm_90 at this D and mask: what the
     binary holds."""
-    module = load(name, kind)
-    fn = module._attn_fwd_gluon if kind == "fwd" else module._attn_bwd_gluon
-    meta = module.constexprs(d, causal)
-    signature = {n: "constexpr" if n in meta else TYPES.get(n, "i32") for n in fn.arg_names}
-    kernel = triton_tools.compile_for(fn, signature, meta, 90, dict(num_warps=4), gluon=True)
+    kernel = compile_gluon(load(name, kind), kind, d, causal)
     ptx, (registers, stack) = kernel.asm["ptx"], compiler.binary_resources(kernel.asm["cubin"])
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
     return dict(
