@@ -146,6 +146,32 @@ def test_short_and_causal_calls_take_two_warpgroups(monkeypatch):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["kv_stage", "o_tma"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", MANY_TILES, ids=str)
+def test_gluon_schedule_variants_change_no_bit(part, shape, is_causal, variant):
+    """The forward candidates that change only hand-offs and stores (tools/variants/: K_j and V_{j-1}
+    in one ring stage; O through shared memory by TMA) give the shipped forward's O and L to the bit,
+    ragged, multi-round grids and every warpgroup count and turn-taking the head dim ships."""
+    from common import steps
+
+    ga, other = parts.load(part).gluon_attention, steps.load_variant(5, variant)
+    q, k, v, _ = make_inputs(shape, torch.bfloat16, DEVICE, seed=shape.n_q)
+    q, k, v = (t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous() for t in (q, k, v))
+    d = q.shape[-1]
+    for config in {str(c): c for c in (ga.CONFIGS[d], ga.config_for(d, q.shape[1], is_causal))}.values():
+        outs = []
+        for module in (ga, other):
+            o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
+            module.launch(q, k, v, o, lse, is_causal, config)
+            outs.append((o, lse))
+        (o0, l0), (o1, l1) = outs
+        assert not o0.isnan().any() and not l0.isnan().any(), config
+        assert torch.equal(o0, o1) and torch.equal(l0, l1), config
+
+
+@needs_hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_gluon_large_scores(part, is_causal):
     """S of order 100: exp overflows without the running max."""

@@ -22,7 +22,9 @@ O rescaled only when a row's maximum rose by more than 8 in log2 (tools/variants
 P packed to bf16 when its product is issued, not when it is made (tools/variants/pack_late.diff: in
 the shipped forward ptxas puts the wait for P_{j-1} V_{j-1} ahead of P_j's exponentials, so a
 warpgroup's softmax does not overlap its own product; exponentials_before_pv_wait reads it off the
-SASS), and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
+SASS), K_j and V_{j-1} in one ring stage, so each key step waits on one barrier and releases one
+(tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every mbarrier arrive;
+key_step_syncs counts them in the SASS), and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
 is checked against the float64 reference on the inputs it is timed on, then timed by CUDA-graph
 replay (median), with its speed as a fraction of cuDNN's in the same run. Rows of earlier versions
 of this study stay in the CSVs.
@@ -99,22 +101,29 @@ def candidate_calls(d):
     calls["O by a TMA store"] = gluon_forward(module=steps.load_variant(5, "o_tma"))
     calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
     calls["P packed at its product"] = gluon_forward(module=steps.load_variant(5, "pack_late"))
+    calls["K and V in one stage"] = gluon_forward(module=steps.load_variant(5, "kv_stage"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
     return calls
 
 
-def exponentials_before_pv_wait(module, d, causal=False):
-    """The most MUFU exponentials the forward of `module` (gluon_attention or a variant of it), compiled
-    for sm_90 at head dim d, runs between issuing a P V product and waiting for it (WARPGROUP.DEPBAR to
-    0 in the SASS): how much of a warpgroup's softmax overlaps its own P V. Needs no GPU."""
+@functools.cache
+def forward_sass(module, d, causal=False):
+    """The SASS of the forward of `module` (gluon_attention or a variant of it) compiled for sm_90 at
+    head dim d, as lines. Needs no GPU."""
     from lab import compiler
     from part5_profiling.tools.ladder import compile_gluon
 
-    sass = compiler.sass(compile_gluon(module, "fwd", d, causal).asm["cubin"])
+    return compiler.sass(compile_gluon(module, "fwd", d, causal).asm["cubin"]).splitlines()
+
+
+def exponentials_before_pv_wait(module, d, causal=False):
+    """The most MUFU exponentials the forward of `module`, compiled for sm_90 at head dim d, runs
+    between issuing a P V product and waiting for it (WARPGROUP.DEPBAR to 0 in the SASS): how much
+    of a warpgroup's softmax overlaps its own P V. Needs no GPU."""
     most, count = 0, None
-    for line in sass.splitlines():
+    for line in forward_sass(module, d, causal):
         if re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", line):  # P V: its A operand, P, from registers
             count = 0
         elif count is not None and "MUFU.EX2" in line:
@@ -122,6 +131,30 @@ def exponentials_before_pv_wait(module, d, causal=False):
         elif count is not None and "WARPGROUP.DEPBAR.LE gsb0, 0x0" in line:
             most, count = max(most, count), None
     return most
+
+
+def key_step_syncs(module, d, causal=False):
+    """(bar.syncs, mbarrier waits, mbarrier arrives) in one key step of the forward of `module`
+    compiled for sm_90 at head dim d: the SASS of the innermost loop that issues both products (S_j,
+    whose first wgmma starts from zero, and P V, whose A operand is in registers). A bar.sync here is
+    a warpgroup's own (BAR.SYNC with a thread count): its four warps wait for one another. Needs no GPU."""
+    lines = forward_sass(module, d, causal)
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line.strip()))}
+    loops = []  # (first, last) line of each loop body: a label and a branch back to it
+    for i, line in enumerate(lines):
+        if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and labels.get(m.group(1), i) < i:
+            body = lines[labels[m.group(1)] : i + 1]
+            if any("RZ, !UPT" in x and "HGMMA" in x for x in body) and any(
+                re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", x) for x in body
+            ):
+                loops.append((labels[m.group(1)], i))
+    first, last = min(loops, key=lambda span: span[1] - span[0])  # the innermost: a key step
+    body = lines[first : last + 1]
+    return (
+        sum(bool(re.search(r"BAR\.SYNC\S* 0x\w+, 0x\w+", x)) for x in body),
+        sum("SYNCS.PHASECHK" in x for x in body),
+        sum("SYNCS.ARRIVE" in x for x in body),
+    )
 
 
 def run_candidates(seq_lens, head_dims, rounds=3, save=None):
