@@ -146,12 +146,13 @@ def test_short_and_causal_calls_take_two_warpgroups(monkeypatch):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["kv_stage", "o_tma"])
+@pytest.mark.parametrize("variant", ["kv_stage", "o_tma", "o_tma_pack_late"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", MANY_TILES, ids=str)
 def test_gluon_schedule_variants_change_no_bit(part, shape, is_causal, variant):
-    """The forward candidates that change only hand-offs and stores (tools/variants/: K_j and V_{j-1}
-    in one ring stage; O through shared memory by TMA) give the shipped forward's O and L to the bit,
+    """The forward candidates that change only hand-offs, stores and when P is packed (tools/variants/:
+    K_j and V_{j-1} in one ring stage; O through shared memory by TMA; that and P packed to bf16 when
+    its product is issued) give the shipped forward's O and L to the bit,
     ragged, multi-round grids and every warpgroup count and turn-taking the head dim ships."""
     from common import steps
 

@@ -15,7 +15,7 @@ backward in each program order (gluon_backward.ORDER), beside part 4's two kerne
 cuDNN's backward, and at D = 64 the backward with 128 queries a step (the variant patch
 tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i). --candidates: changes
 to the forward tried and not shipped, each against the shipped forward in three interleaved
-rounds at N = 4096 (the median of each one's speed over the shipped one's in the same round): exp2
+rounds at N = 4096 unless --n says (the median of each one's speed over the shipped one's in the same round): exp2
 partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
 tile's exponentials), O written through shared memory by one TMA store (tools/variants/o_tma.diff),
 O rescaled only when a row's maximum rose by more than 8 in log2 (tools/variants/cond_rescale.diff),
@@ -24,10 +24,11 @@ the shipped forward ptxas puts the wait for P_{j-1} V_{j-1} ahead of P_j's expon
 warpgroup's softmax does not overlap its own product; exponentials_before_pv_wait reads it off the
 SASS), K_j and V_{j-1} in one ring stage, so each key step waits on one barrier and releases one
 (tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every mbarrier arrive;
-key_step_syncs counts them in the SASS), and at D = 128 ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant
-is checked against the float64 reference on the inputs it is timed on, then timed by CUDA-graph
-replay (median), with its speed as a fraction of cuDNN's in the same run. Rows of earlier versions
-of this study stay in the CSVs.
+key_step_syncs counts them in the SASS), O by TMA and P packed at its product together
+(tools/variants/o_tma_pack_late.diff: the two patches in one), and at D = 128 ping-pong (with 232
+or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
+reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
+a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
 """
 
 import functools
@@ -102,6 +103,7 @@ def candidate_calls(d):
     calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
     calls["P packed at its product"] = gluon_forward(module=steps.load_variant(5, "pack_late"))
     calls["K and V in one stage"] = gluon_forward(module=steps.load_variant(5, "kv_stage"))
+    calls["O by TMA, P packed at its product"] = gluon_forward(module=steps.load_variant(5, "o_tma_pack_late"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
