@@ -154,7 +154,7 @@ CANDIDATE_PATCHES = """
 import re
 from common import steps
 from part5_profiling import gluon_attention
-from part5_profiling.tools.gluon_study import exponentials_before_pv_wait, key_step_syncs
+from part5_profiling.tools.gluon_study import exponentials_before_pv_wait, key_step_opcodes, key_step_syncs
 from part5_profiling.tools.ladder import compile_gluon
 for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {}), ("cond_rescale", {})):
     ptx = compile_gluon(steps.load_variant(5, name), "fwd", 64, False, **changes).asm["ptx"]
@@ -162,6 +162,7 @@ for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULAT
     print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
 for name, module in (("shipped", gluon_attention), ("pack_late", steps.load_variant(5, "pack_late"))):
     print(name, exponentials_before_pv_wait(module, 128))
+    print(name + "_permutes", key_step_opcodes(module, 128)["PRMT"])
 for name, module in (("shipped", gluon_attention), ("kv_stage", steps.load_variant(5, "kv_stage"))):
     print(name + "_syncs", *key_step_syncs(module, 128))
 module = steps.load_variant(5, "bwd_tile128")
@@ -181,7 +182,9 @@ def test_candidate_patches_compute_and_compile():
     compiles with as many exponentials as the shipped kernel. At D = 128 the shipped forward waits for
     P_{j-1} V_{j-1} before nearly all of P_j's 66 exponentials (in the SASS: ptxas packs P_j into the
     registers the product still reads, so it moves the wait up); pack_late packs P_j only when its own
-    product is issued, and most of them run ahead of the wait. kv_stage puts K_j and V_{j-1} in one
+    product is issued, and most of them run ahead of the wait; nor does it permute P's bytes more
+    (Triton 3.6 permutes them 32 times a key step in the shipped forward, not in pack_late; Triton 3.9
+    in neither). kv_stage puts K_j and V_{j-1} in one
     ring stage: a key step waits on one mbarrier and arrives on one, and so holds one warpgroup
     bar.sync fewer (Triton puts one before every arrive). The backward candidate bwd_tile128
     compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
@@ -213,6 +216,7 @@ def test_candidate_patches_compute_and_compile():
     assert counts["cond_rescale"] == (counts["o_tma"][0], 0), counts
     # the softmax beside its own P V at D = 128: a few of the 66 exponentials in the shipped forward, most in pack_late
     assert counts["shipped"] <= (8,) and counts["pack_late"] >= (48,), counts
+    assert counts["pack_late_permutes"] <= counts["shipped_permutes"], counts
     # a key step's (bar.syncs, waits, arrives): K and V apart, two of each; in one stage, one fewer of each
     shipped, kv_stage = counts["shipped_syncs"], counts["kv_stage_syncs"]
     assert shipped[1:] == (2, 2) and kv_stage == tuple(n - 1 for n in shipped), counts

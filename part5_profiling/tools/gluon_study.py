@@ -31,6 +31,7 @@ reference on the inputs it is timed on, then timed by CUDA-graph replay (median)
 a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
 """
 
+import collections
 import functools
 import re
 import statistics
@@ -135,23 +136,33 @@ def exponentials_before_pv_wait(module, d, causal=False):
     return most
 
 
-def key_step_syncs(module, d, causal=False):
-    """(bar.syncs, mbarrier waits, mbarrier arrives) in one key step of the forward of `module`
-    compiled for sm_90 at head dim d: the SASS of the innermost loop that issues both products (S_j,
-    whose first wgmma starts from zero, and P V, whose A operand is in registers). A bar.sync here is
-    a warpgroup's own (BAR.SYNC with a thread count): its four warps wait for one another. Needs no GPU."""
+def key_step(module, d, causal=False):
+    """The SASS lines of one key step of the forward of `module` compiled for sm_90 at head dim d: the
+    innermost loop that issues both products (S_j, whose first wgmma starts from zero, and P V, whose
+    A operand is in registers). Needs no GPU."""
     lines = forward_sass(module, d, causal)
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line.strip()))}
-    loops = []  # (first, last) line of each loop body: a label and a branch back to it
+    loops = []  # each loop body: from a label to a branch back to it
     for i, line in enumerate(lines):
         if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)] : i + 1]
-            if any("RZ, !UPT" in x and "HGMMA" in x for x in body) and any(
-                re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", x) for x in body
-            ):
-                loops.append((labels[m.group(1)], i))
-    first, last = min(loops, key=lambda span: span[1] - span[0])  # the innermost: a key step
-    body = lines[first : last + 1]
+            pv = any(re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", x) for x in body)
+            if pv and any("HGMMA" in x and "RZ, !UPT" in x for x in body):
+                loops.append(body)
+    return min(loops, key=len)  # the innermost
+
+
+def key_step_opcodes(module, d, causal=False):
+    """{opcode: count} of one key step's SASS instructions (key_step), e.g. PRMT: byte permutes."""
+    ops = (re.match(r"\s*/\*[0-9a-f]+\*/\s*(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", x) for x in key_step(module, d, causal))
+    return collections.Counter(m.group(1) for m in ops if m)
+
+
+def key_step_syncs(module, d, causal=False):
+    """(bar.syncs, mbarrier waits, mbarrier arrives) in one key step of the forward of `module`
+    compiled for sm_90 at head dim d (key_step). A bar.sync here is a warpgroup's own (BAR.SYNC with a
+    thread count): its four warps wait for one another. Needs no GPU."""
+    body = key_step(module, d, causal)
     return (
         sum(bool(re.search(r"BAR\.SYNC\S* 0x\w+, 0x\w+", x)) for x in body),
         sum("SYNCS.PHASECHK" in x for x in body),
