@@ -146,7 +146,7 @@ def test_short_and_causal_calls_take_two_warpgroups(monkeypatch):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["kv_stage", "o_tma", "o_tma_pack_late"])
+@pytest.mark.parametrize("variant", ["kv_stage", "o_tma", "o_tma+pack_late"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", MANY_TILES, ids=str)
 def test_gluon_schedule_variants_change_no_bit(part, shape, is_causal, variant):

@@ -24,8 +24,8 @@ the shipped forward ptxas puts the wait for P_{j-1} V_{j-1} ahead of P_j's expon
 warpgroup's softmax does not overlap its own product; exponentials_before_pv_wait reads it off the
 SASS), K_j and V_{j-1} in one ring stage, so each key step waits on one barrier and releases one
 (tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every mbarrier arrive;
-key_step_syncs counts them in the SASS), O by TMA and P packed at its product together
-(tools/variants/o_tma_pack_late.diff: the two patches in one), and at D = 128 ping-pong (with 232
+key_step_syncs counts them in the SASS), O by TMA and P packed at its product together (the two
+patches applied in turn: steps.variant's "o_tma+pack_late"), and at D = 128 ping-pong (with 232
 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
 reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
 a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
@@ -104,11 +104,14 @@ def candidate_calls(d):
     calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
     calls["P packed at its product"] = gluon_forward(module=steps.load_variant(5, "pack_late"))
     calls["K and V in one stage"] = gluon_forward(module=steps.load_variant(5, "kv_stage"))
-    calls["O by TMA, P packed at its product"] = gluon_forward(module=steps.load_variant(5, "o_tma_pack_late"))
+    calls["O by TMA, P packed at its product"] = gluon_forward(module=steps.load_variant(5, "o_tma+pack_late"))
     if d == 128:
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
     return calls
+
+
+PV_WGMMA = re.compile(r"HGMMA\.\S+ R\d+, R\d+, gdesc")  # in the SASS, P V: its A operand, P, from registers
 
 
 @functools.cache
@@ -127,7 +130,7 @@ def exponentials_before_pv_wait(module, d, causal=False):
     of a warpgroup's softmax overlaps its own P V. Needs no GPU."""
     most, count = 0, None
     for line in forward_sass(module, d, causal):
-        if re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", line):  # P V: its A operand, P, from registers
+        if PV_WGMMA.search(line):
             count = 0
         elif count is not None and "MUFU.EX2" in line:
             count += 1
@@ -146,8 +149,7 @@ def key_step(module, d, causal=False):
     for i, line in enumerate(lines):
         if (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and labels.get(m.group(1), i) < i:
             body = lines[labels[m.group(1)] : i + 1]
-            pv = any(re.search(r"HGMMA\.\S+ R\d+, R\d+, gdesc", x) for x in body)
-            if pv and any("HGMMA" in x and "RZ, !UPT" in x for x in body):
+            if any(PV_WGMMA.search(x) for x in body) and any("HGMMA" in x and "RZ, !UPT" in x for x in body):
                 loops.append(body)
     return min(loops, key=len)  # the innermost
 

@@ -656,7 +656,7 @@ def table_gluon_candidates(gpu_dir):
         "(tools/variants/cond_rescale.diff), P packed to bf16 when its product is issued, so that a warpgroup's "
         "exponentials overlap its own P V (tools/variants/pack_late.diff), K_j and V_{{j-1}} in one ring stage, one "
         "barrier wait and one release a key step (tools/variants/kv_stage.diff), O by TMA and P packed at its product "
-        "together (tools/variants/o_tma_pack_late.diff) and, at D = 128, ping-pong:"
+        "together (both patches) and, at D = 128, ping-pong:"
     )
     command, csv = f"{GLUON_STUDY} --candidates", "part5_gluon_candidates.csv"
     found = [d for d in _every_gpu(gpu_dir, csv) if (d / csv).exists()]  # each GPU's, naming it
