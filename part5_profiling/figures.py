@@ -33,12 +33,14 @@ STATEMENTS = [
     ("warpgroup_mma(q, k_buf", ("mma", "issue S_{j} = Q K_{j}^T (async)", "S_{j}")),
     ("smem.v.wait(", ("wait", "wait v.ready: V_{p} has landed", None)),
     ("warpgroup_mma(p_prev, v_buf", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),
+    ("warpgroup_mma(_operand(cfg, p_prev", ("mma", "issue O += P_{p} V_{p} (async)", "P_{p} V_{p}")),  # fwd9 on
     ("warpgroup_mma_wait(", ("mma_wait", "wait_{n}", None)),  # worded by its count n, in WAITS
     ("smem.k.release(", ("arrive", "arrive k.free: K_{j} released", None)),
     ("_online_softmax(", ("softmax", "softmax of S_{j}: m, P_{j}, l, alpha", "softmax(S_{j})")),
     ("smem.v.release(", ("arrive", "arrive v.free: V_{p} released", None)),
     ("acc = acc *", ("rescale", "O *= alpha", "x alpha")),
     ("p_prev = ", ("convert", "P_{j} to 16 bits, for the next step", "")),
+    ("_carried(cfg, p,", ("convert", "P_{j} to 16 bits, for the next step", "")),  # D = 128: no PACK_LATE
     ("return ", None),
 ]
 WAITS = {1: "wait, 1 product left running: S_{j} done", 0: "wait, no product left running: P_{p} V_{p} done"}

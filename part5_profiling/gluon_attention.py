@@ -22,6 +22,10 @@ time (steps/, make diff PART=5 STEP=fwd1, STEP=fwd2, ...), and each step adds it
   one sequence at a time at D = 128 from SEQUENCE_MAJOR_FROM queries, so its K and V stay in L2.
 - fwd7: ping-pong at D = 64 (PINGPONG): the warpgroups take turns issuing their products (Turns),
   so the products reach the tensor cores in a fixed order while the others compute exponentials.
+- fwd8: O by TMA at D = 64 (O_BY_TMA): each warpgroup writes its O tile into shared memory and one
+  TMA store takes it out, while the warpgroup goes on to its next query tile.
+- fwd9: P packed at its product at D = 64 (PACK_LATE): P_j stays in float32 until P_j V_j is issued,
+  and is packed to bf16 straight into the operand's layout there (no byte permutes in between).
 - model3: grouped key/value heads: K and V hold N_SEQS / Q_PER_KV sequences, and the loader reads
   query sequence bh's keys and values from sequence bh // Q_PER_KV.
 - model4: heads read where they lie. A model's Q, K and V are (B, N, H, D) in memory, seen as (B,
@@ -44,11 +48,13 @@ from part5_profiling.hopper import (
     Ring,
     acc_layout,
     aggregate,
+    fence_async_shared,
     gl,
     gluon,
     heads_descriptor,
     mbarrier,
     swizzled,
+    tma,
     tma_load,
     warpgroup_mma,
     warpgroup_mma_wait,
@@ -66,14 +72,17 @@ SEQUENCE_MAJOR_FROM = 4096
 # Per head dim: softmax warpgroups per program (BLOCK_M = 64 x that), K/V ring depth, registers per
 # thread of each extra warpgroup (setmaxnreg; the loader keeps 24, warpgroup 0 gets the rest), and
 # whether the warpgroups take turns at the tensor cores (PINGPONG): chosen by tools/gluon_study.py
-# (the log's "The Gluon forward": turns pay at D = 64, not at D = 128).
+# (the log's "The Gluon forward": turns pay at D = 64, not at D = 128). O_BY_TMA: O leaves through
+# shared memory by a TMA store; PACK_LATE: P_j is packed to bf16 when its product is issued. Both pay
+# at D = 64, not at D = 128 (gluon_study --candidates: the log's "Forward candidates tried").
 CONFIGS = {
-    128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False),  # smem: Q 32 KB + 2 x (K 32 KB + V 32 KB)
-    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True),  # smem: Q 24 KB + 4 x (K 16 KB + V 16 KB)
-}
+    128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False, O_BY_TMA=False, PACK_LATE=False),
+    64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True, O_BY_TMA=True, PACK_LATE=True),
+}  # smem: D = 128, Q 32 KB + 2 x (K 32 KB + V 32 KB); D = 64, Q 24 KB + 4 x (16 KB + 16 KB) + O 24 KB
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # Triton 3.9's name, 3.6's
 # model5's tiles for short and causal calls. tools/gluon_study.py (results/h200/part5_gluon.csv): at
 # D = 64 two warpgroups are the faster up to N_q = 1024 without the mask and 4096 with it.
-SHORT = {64: dict(WARPGROUPS=2, STAGES=4, REGISTERS=232, PINGPONG=True)}
+SHORT = {64: dict(WARPGROUPS=2, STAGES=4, REGISTERS=232, PINGPONG=True, O_BY_TMA=True, PACK_LATE=True)}
 SHORT_UP_TO = {False: 1024, True: 4096}  # N_q, without and with the causal mask
 # The kernel's (batch, head, row) strides of Q, K, V and O, in order: run-time values like the lengths.
 STRIDES = [f"stride_{t}{a}" for t in "qkvo" for a in "bhn"]
@@ -117,10 +126,12 @@ class Config:
     WARPGROUPS: gl.constexpr  # softmax warpgroups: a query tile is WARPGROUPS x ROWS rows
     BLOCK_N: gl.constexpr  # keys per tile
     IS_CAUSAL: gl.constexpr
+    O_BY_TMA: gl.constexpr  # O through shared memory by a TMA store (else straight from registers)
+    PACK_LATE: gl.constexpr  # P_j packed to bf16 when its product is issued (else when it is made)
 
     @gluon.constexpr_function
     def __init__(self, N_QUERIES, N_KEYS, N_SEQS, GROUP, HEADS, Q_PER_KV, qk_scale, n_programs, n_tiles_m,
-                 D, ROWS, WARPGROUPS, BLOCK_N, IS_CAUSAL):  # fmt: skip
+                 D, ROWS, WARPGROUPS, BLOCK_N, IS_CAUSAL, O_BY_TMA, PACK_LATE):  # fmt: skip
         self.N_QUERIES = N_QUERIES
         self.N_KEYS = N_KEYS
         self.N_SEQS = N_SEQS
@@ -135,6 +146,8 @@ class Config:
         self.WARPGROUPS = gl.constexpr(WARPGROUPS)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+        self.O_BY_TMA = gl.constexpr(O_BY_TMA)
+        self.PACK_LATE = gl.constexpr(PACK_LATE)
 
     @gluon.jit
     def rounds(self):
@@ -212,19 +225,21 @@ class Turns:
 @aggregate
 class Smem:
     """The program's shared memory: Q (one buffer: every warpgroup's rows of a query tile), the K and
-    V rings, and the ping-pong turns."""
+    V rings, the ping-pong turns, and O's staging buffers (one a warpgroup) for its TMA store."""
 
     q: Ring
     k: Ring
     v: Ring
     turns: Turns
+    o: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, k, v, turns):
+    def __init__(self, q, k, v, turns, o):
         self.q = q
         self.k = k
         self.v = v
         self.turns = turns
+        self.o = o
 
 
 @gluon.jit
@@ -296,7 +311,7 @@ def _softmax_step(cfg, smem, q, j, kc, turn, acc, p_prev, m_i, l_i, rows, WG: gl
     s = warpgroup_mma(q, k_buf.permute((1, 0)), s0, use_acc=False, is_async=True)
     if not smem.turns.ON:
         v_buf = smem.v.wait(vc)
-    acc = warpgroup_mma(p_prev, v_buf, acc, is_async=True)
+    acc = warpgroup_mma(_operand(cfg, p_prev, q.dtype, acc), v_buf, acc, is_async=True)
     smem.turns.pass_on(WG)
     s, acc = warpgroup_mma_wait(1, deps=[s, acc])  # S_j is done (issued first); P V may still run
     smem.k.release(kc)
@@ -304,19 +319,38 @@ def _softmax_step(cfg, smem, q, j, kc, turn, acc, p_prev, m_i, l_i, rows, WG: gl
     acc = warpgroup_mma_wait(0, deps=[acc])
     smem.v.release(vc)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
-    p_prev = gl.convert_layout(p.to(p_prev.dtype), p_prev.type.layout)
-    return acc, p_prev, m_i, l_i
+    return acc, _carried(cfg, p, q.dtype, acc), m_i, l_i
 
 
 @gluon.jit
-def _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_strides, WG: gl.constexpr):
+def _carried(cfg, p, dtype, acc):
+    """P_j as the key step carries it to its product: packed to `dtype` in the operand's layout now,
+    or (PACK_LATE) in float32, packed by _operand where the product reads it."""
+    if cfg.PACK_LATE:
+        return p
+    else:
+        return gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+
+
+@gluon.jit
+def _operand(cfg, p, dtype, acc):
+    """The A operand of P V from what _carried kept. Packing P_j here, as its product is issued, spares
+    Triton 3.6's code 32 byte permutes (PRMT) a key step (gluon_study.key_step_opcodes)."""
+    if cfg.PACK_LATE:
+        return gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+    else:
+        return p
+
+
+@gluon.jit
+def _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_out, WG: gl.constexpr):
     """Warpgroup WG's rows of one query tile, q_start + WG * ROWS ... + ROWS - 1, against every key
-    tile it sees; c, qc: the rings' positions, turn: sets of products so far. Returns c and turn after."""
+    tile it sees; c, qc: the rings' positions, turn: sets of products so far; o_out: O's TMA descriptor
+    (O_BY_TMA) or its (batch, head, row) strides. Returns c and turn after."""
     ROWS: gl.constexpr = cfg.ROWS
     D: gl.constexpr = cfg.D
     s_layout: gl.constexpr = acc_layout(cfg.BLOCK_N)
     o_layout: gl.constexpr = acc_layout(D)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     s0 = gl.zeros([ROWS, cfg.BLOCK_N], gl.float32, layout=s_layout)
     rows = tile.q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -337,7 +371,7 @@ def _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_strides, WG: gl.constexp
         p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, cfg.N_KEYS, cfg.qk_scale, False, cfg.IS_CAUSAL)
     else:
         p, m_i, l_i, alpha = _online_softmax(s, m_i, l_i, 0, rows, cfg.N_KEYS, cfg.qk_scale, True, cfg.IS_CAUSAL)
-    p_prev = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+    p_prev = _carried(cfg, p, O.dtype.element_ty, acc)
 
     for j in range(1, tile.n_unmasked):  # whole tiles every row sees: no mask
         acc, p_prev, m_i, l_i = _softmax_step(
@@ -354,19 +388,26 @@ def _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_strides, WG: gl.constexp
     last = c.next(-1)  # the last key tile's P V
     v_buf = smem.v.wait(last)
     smem.turns.take(turn, WG)
-    acc = warpgroup_mma(p_prev, v_buf, acc, is_async=True)
+    acc = warpgroup_mma(_operand(cfg, p_prev, O.dtype.element_ty, acc), v_buf, acc, is_async=True)
     smem.turns.pass_on(WG)
     acc = warpgroup_mma_wait(0, deps=[acc])
     smem.v.release(last)
 
-    # O = acc / l and L = m + log(l), straight from registers (rows past N_QUERIES dropped)
-    o_rows = tile.q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
-    cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    sob, soh, son = o_strides
-    head = (tile.bh // cfg.HEADS).to(gl.int64) * sob + (tile.bh % cfg.HEADS).to(gl.int64) * soh
-    o_at = gl.multiple_of(head + o_rows[:, None].to(gl.int64) * son + cols[None, :], [1, 8])  # 16-byte strides
-    gl.store(O + o_at, o.to(O.dtype.element_ty), mask=(o_rows < cfg.N_QUERIES)[:, None])
+    if cfg.O_BY_TMA:  # O = acc / l into shared memory, then one TMA store (rows past N_QUERIES not written)
+        buf = smem.o.index(WG)
+        tma.store_wait(0)  # this warpgroup's last O has left the buffer
+        buf.store(o.to(O.dtype.element_ty))
+        fence_async_shared()
+        o_at = [tile.bh // cfg.HEADS, tile.bh % cfg.HEADS, tile.q_start + WG * ROWS, 0]
+        tma_store(o_out, o_at, buf.reshape(o_out.block_type.shape))
+    else:  # straight from registers (rows past N_QUERIES dropped)
+        o_rows = tile.q_start + WG * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
+        sob, soh, son = o_out
+        head = (tile.bh // cfg.HEADS).to(gl.int64) * sob + (tile.bh % cfg.HEADS).to(gl.int64) * soh
+        o_at = gl.multiple_of(head + o_rows[:, None].to(gl.int64) * son + cols[None, :], [1, 8])  # 16-byte strides
+        gl.store(O + o_at, o.to(O.dtype.element_ty), mask=(o_rows < cfg.N_QUERIES)[:, None])
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453  # natural log, as part 4's L
     gl.store(L + tile.bh.to(gl.int64) * cfg.N_QUERIES + rows, lse, mask=rows < cfg.N_QUERIES)
     return c, turn + 1
@@ -375,14 +416,20 @@ def _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_strides, WG: gl.constexp
 @gluon.jit
 def _softmax_partition(cfg, smem, O, L, o_strides, WG: gl.constexpr):
     """Warpgroup WG: its rows of each query tile the program takes."""
+    o_out = o_strides
+    if cfg.O_BY_TMA:  # O where it lies, as the loader's descriptors see Q, K and V
+        n_batch = cfg.N_SEQS // cfg.HEADS
+        o_out = heads_descriptor(O, [n_batch, cfg.HEADS, cfg.N_QUERIES, cfg.D], o_strides, [1, 1, cfg.ROWS, cfg.D])
     c = smem.k.counter()  # key tiles so far, over all query tiles: the rings' position
     qc = smem.q.counter()  # query tiles so far
     turn = 0  # sets of products issued (ping-pong's turns taken)
     for r in range(cfg.rounds()):
         tile = cfg.tile(r)
         if cfg.has(tile):
-            c, turn = _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_strides, WG)
+            c, turn = _softmax_tile(cfg, smem, tile, c, qc, turn, O, L, o_out, WG)
             qc = qc.next()
+    if cfg.O_BY_TMA:
+        tma.store_wait(0)  # the last O has left shared memory before the program ends
 
 
 @gluon.constexpr_function
@@ -398,18 +445,19 @@ def _attn_fwd_gluon(Q, K, V, O, L, N_QUERIES, N_KEYS, N_SEQS, GROUP, Q_PER_KV, H
                     stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on, scale,
                     D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                     ROWS: gl.constexpr, WARPGROUPS: gl.constexpr, REGISTERS: gl.constexpr,
-                    PINGPONG: gl.constexpr):  # fmt: skip
+                    PINGPONG: gl.constexpr, O_BY_TMA: gl.constexpr, PACK_LATE: gl.constexpr):  # fmt: skip
     n_programs = gl.num_programs(0)  # persistent: fewer programs than query tiles, each takes several
     n_tiles_m = gl.cdiv(N_QUERIES, WARPGROUPS * ROWS)
     qk_scale = scale * 1.4426950408889634  # scale * log2(e)
     cfg = Config(N_QUERIES, N_KEYS, N_SEQS, GROUP, HEADS, Q_PER_KV, qk_scale, n_programs, n_tiles_m,
-                 D, ROWS, WARPGROUPS, BLOCK_N, IS_CAUSAL)  # fmt: skip
+                 D, ROWS, WARPGROUPS, BLOCK_N, IS_CAUSAL, O_BY_TMA, PACK_LATE)  # fmt: skip
     q = Ring.alloc(
         Q.dtype.element_ty, [ROWS, D], swizzled(2), 1, WARPGROUPS, PARTS=WARPGROUPS
     )  # a warpgroup's rows a part
     k = Ring.alloc(K.dtype.element_ty, [BLOCK_N, D], swizzled(2), STAGES, WARPGROUPS)
     v = Ring.alloc(V.dtype.element_ty, [BLOCK_N, D], swizzled(2), STAGES, WARPGROUPS)
-    smem = Smem(q, k, v, Turns.alloc(WARPGROUPS, PINGPONG))
+    o = gl.allocate_shared_memory(O.dtype.element_ty, [WARPGROUPS if O_BY_TMA else 1, ROWS, D], swizzled(2))
+    smem = Smem(q, k, v, Turns.alloc(WARPGROUPS, PINGPONG), o)
     softmax_args = (cfg, smem, O, L, (stride_ob, stride_oh, stride_on))
     loader_args = (cfg, smem, Q, K, V, (stride_qb, stride_qh, stride_qn), (stride_kb, stride_kh, stride_kn),
                    (stride_vb, stride_vh, stride_vn))  # fmt: skip

@@ -146,25 +146,27 @@ def test_short_and_causal_calls_take_two_warpgroups(monkeypatch):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["kv_stage", "o_tma", "o_tma+pack_late"])
+@pytest.mark.parametrize("change", ["kv_stage", "O_BY_TMA", "PACK_LATE"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", MANY_TILES, ids=str)
-def test_gluon_schedule_variants_change_no_bit(part, shape, is_causal, variant):
-    """The forward candidates that change only hand-offs, stores and when P is packed (tools/variants/:
-    K_j and V_{j-1} in one ring stage; O through shared memory by TMA; that and P packed to bf16 when
-    its product is issued) give the shipped forward's O and L to the bit,
-    ragged, multi-round grids and every warpgroup count and turn-taking the head dim ships."""
+def test_gluon_schedule_changes_change_no_bit(part, shape, is_causal, change):
+    """Changes to hand-offs, stores and when P is packed give the shipped forward's O and L to the bit:
+    K_j and V_{j-1} in one ring stage (tools/variants/kv_stage.diff), and O by TMA or from registers, P
+    packed at its product or when made (CONFIGS' O_BY_TMA and PACK_LATE, each flipped); ragged,
+    multi-round grids and every warpgroup count and turn-taking the head dim ships."""
     from common import steps
 
-    ga, other = parts.load(part).gluon_attention, steps.load_variant(5, variant)
+    ga = parts.load(part).gluon_attention
+    other = steps.load_variant(5, change) if change.islower() else ga
     q, k, v, _ = make_inputs(shape, torch.bfloat16, DEVICE, seed=shape.n_q)
     q, k, v = (t.reshape(-1, t.shape[-2], t.shape[-1]).contiguous() for t in (q, k, v))
     d = q.shape[-1]
     for config in {str(c): c for c in (ga.CONFIGS[d], ga.config_for(d, q.shape[1], is_causal))}.values():
+        changed = config if change.islower() else dict(config, **{change: not config[change]})
         outs = []
-        for module in (ga, other):
+        for module, meta in ((ga, config), (other, changed)):
             o, lse = torch.full_like(q, float("nan")), torch.full(q.shape[:-1], float("nan"), device=q.device)
-            module.launch(q, k, v, o, lse, is_causal, config)
+            module.launch(q, k, v, o, lse, is_causal, meta)
             outs.append((o, lse))
         (o0, l0), (o1, l1) = outs
         assert not o0.isnan().any() and not l0.isnan().any(), config

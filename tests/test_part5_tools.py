@@ -156,13 +156,15 @@ from common import steps
 from part5_profiling import gluon_attention
 from part5_profiling.tools.gluon_study import exponentials_before_pv_wait, key_step_opcodes, key_step_syncs
 from part5_profiling.tools.ladder import compile_gluon
-for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("o_tma", {}), ("cond_rescale", {})):
+for name, changes in (("exp2_poly", dict(EMULATED=2)), ("exp2_poly", dict(EMULATED=4)), ("cond_rescale", {})):
     ptx = compile_gluon(steps.load_variant(5, name), "fwd", 64, False, **changes).asm["ptx"]
-    stores = len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx))
-    print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"), stores)
-for name, module in (("shipped", gluon_attention), ("pack_late", steps.load_variant(5, "pack_late"))):
-    print(name, exponentials_before_pv_wait(module, 128))
-    print(name + "_permutes", key_step_opcodes(module, 128)["PRMT"])
+    print(name + str(changes.get("EMULATED", "")), ptx.count("ex2.approx"))
+for d in (64, 128):
+    ptx = compile_gluon(gluon_attention, "fwd", d, False).asm["ptx"]
+    print(f"shipped{d}", ptx.count("ex2.approx"), len(re.findall(r"cp.async.bulk.tensor.4d.global.shared", ptx)))
+for name, changes in (("shipped", {}), ("pack_late", dict(PACK_LATE=True))):
+    print(name, exponentials_before_pv_wait(gluon_attention, 128, **changes))
+    print(name + "_permutes", key_step_opcodes(gluon_attention, 128, **changes)["PRMT"])
 for name, module in (("shipped", gluon_attention), ("kv_stage", steps.load_variant(5, "kv_stage"))):
     print(name + "_syncs", *key_step_syncs(module, 128))
 module = steps.load_variant(5, "bwd_tile128")
@@ -177,14 +179,14 @@ def test_candidate_patches_compute_and_compile():
     2^x within 1e-4 relative over the range it sees (x <= 0, and 2^-125 where a score is masked), and
     the kernel compiles for sm_90 with half and a quarter of the exponentials by the polynomial: every
     split and join of the score tile stays in the registers that hold it (assert_trivial), and fewer
-    MUFU exponentials are left (the PTX's ex2.approx). o_tma compiles to a forward whose O leaves by
-    TMA stores; cond_rescale (O rescaled only where a row's maximum rose by more than a factor 2^8)
-    compiles with as many exponentials as the shipped kernel. At D = 128 the shipped forward waits for
-    P_{j-1} V_{j-1} before nearly all of P_j's 66 exponentials (in the SASS: ptxas packs P_j into the
-    registers the product still reads, so it moves the wait up); pack_late packs P_j only when its own
-    product is issued, and most of them run ahead of the wait; nor does it permute P's bytes more
-    (Triton 3.6 permutes them 32 times a key step in the shipped forward, not in pack_late; Triton 3.9
-    in neither). kv_stage puts K_j and V_{j-1} in one
+    MUFU exponentials are left (the PTX's ex2.approx). The shipped forward writes O by TMA stores at
+    D = 64 (O_BY_TMA) and from registers at D = 128; cond_rescale (O rescaled only where a row's
+    maximum rose by more than a factor 2^8) compiles with as many exponentials as the shipped kernel.
+    At D = 128 (PACK_LATE off) the shipped forward waits for P_{j-1} V_{j-1} before nearly all of P_j's
+    66 exponentials (in the SASS: ptxas packs P_j into the registers the product still reads, so it
+    moves the wait up); with PACK_LATE, P_j is packed only when its own product is issued and most of
+    them run ahead of the wait, nor are P's bytes permuted more (Triton 3.6 permutes them 32 times a
+    key step without it, none with it; Triton 3.9 in neither). kv_stage puts K_j and V_{j-1} in one
     ring stage: a key step waits on one mbarrier and arrives on one, and so holds one warpgroup
     bar.sync fewer (Triton puts one before every arrive). The backward candidate bwd_tile128
     compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
@@ -211,9 +213,10 @@ def test_candidate_patches_compute_and_compile():
     assert out.returncode == 0, out.stderr[-3000:]
     counts = {name: tuple(map(int, rest)) for name, *rest in (x.split() for x in out.stdout.splitlines())}
     assert counts["exp2_poly2"][0] < counts["exp2_poly4"][0], counts  # half by polynomial leaves fewer
-    assert counts["o_tma"][1] > 0 and counts["exp2_poly2"][1] == 0, counts  # O by TMA in o_tma alone
-    # cond_rescale: as many exponentials as o_tma, whose softmax is the shipped one
-    assert counts["cond_rescale"] == (counts["o_tma"][0], 0), counts
+    # O by TMA stores at D = 64 (O_BY_TMA), from registers at D = 128
+    assert counts["shipped64"][1] > 0 and counts["shipped128"][1] == 0, counts
+    # cond_rescale: as many exponentials as the shipped forward
+    assert counts["cond_rescale"] == (counts["shipped64"][0],), counts
     # the softmax beside its own P V at D = 128: a few of the 66 exponentials in the shipped forward, most in pack_late
     assert counts["shipped"] <= (8,) and counts["pack_late"] >= (48,), counts
     assert counts["pack_late_permutes"] <= counts["shipped_permutes"], counts

@@ -17,16 +17,12 @@ tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i). --cand
 to the forward tried and not shipped, each against the shipped forward in three interleaved
 rounds at N = 4096 unless --n says (the median of each one's speed over the shipped one's in the same round): exp2
 partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
-tile's exponentials), O written through shared memory by one TMA store (tools/variants/o_tma.diff),
-O rescaled only when a row's maximum rose by more than 8 in log2 (tools/variants/cond_rescale.diff),
-P packed to bf16 when its product is issued, not when it is made (tools/variants/pack_late.diff: in
-the shipped forward ptxas puts the wait for P_{j-1} V_{j-1} ahead of P_j's exponentials, so a
-warpgroup's softmax does not overlap its own product; exponentials_before_pv_wait reads it off the
-SASS), K_j and V_{j-1} in one ring stage, so each key step waits on one barrier and releases one
-(tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every mbarrier arrive;
-key_step_syncs counts them in the SASS), O by TMA and P packed at its product together (the two
-patches applied in turn: steps.variant's "o_tma+pack_late"), and at D = 128 ping-pong (with 232
-or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
+tile's exponentials), O rescaled only when a row's maximum rose by more than 8 in log2
+(tools/variants/cond_rescale.diff), K_j and V_{j-1} in one ring stage, so each key step waits on one
+barrier and releases one (tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every
+mbarrier arrive; key_step_syncs counts them in the SASS), and at D = 128 what D = 64 ships: O by TMA
+(O_BY_TMA), P packed at its product (PACK_LATE; exponentials_before_pv_wait and key_step_opcodes
+read what it changes off the SASS), both, and ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
 reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
 a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
 """
@@ -100,12 +96,12 @@ def candidate_calls(d):
     calls = {"shipped": gluon_forward()}
     calls["exp2 by polynomial, half"] = gluon_forward(module=poly, EMULATED=2)
     calls["exp2 by polynomial, a quarter"] = gluon_forward(module=poly, EMULATED=4)
-    calls["O by a TMA store"] = gluon_forward(module=steps.load_variant(5, "o_tma"))
     calls["conditional rescaling"] = gluon_forward(module=steps.load_variant(5, "cond_rescale"))
-    calls["P packed at its product"] = gluon_forward(module=steps.load_variant(5, "pack_late"))
     calls["K and V in one stage"] = gluon_forward(module=steps.load_variant(5, "kv_stage"))
-    calls["O by TMA, P packed at its product"] = gluon_forward(module=steps.load_variant(5, "o_tma+pack_late"))
-    if d == 128:
+    if d == 128:  # D = 64's choices, and ping-pong
+        calls["O by a TMA store"] = gluon_forward(O_BY_TMA=True)
+        calls["P packed at its product"] = gluon_forward(PACK_LATE=True)
+        calls["O by TMA, P packed at its product"] = gluon_forward(O_BY_TMA=True, PACK_LATE=True)
         calls["ping-pong"] = gluon_forward(pingpong=True)
         calls["ping-pong, 240 registers"] = gluon_forward(pingpong=True, REGISTERS=240)
     return calls
@@ -115,21 +111,21 @@ PV_WGMMA = re.compile(r"HGMMA\.\S+ R\d+, R\d+, gdesc")  # in the SASS, P V: its 
 
 
 @functools.cache
-def forward_sass(module, d, causal=False):
+def forward_sass(module, d, causal=False, **changes):
     """The SASS of the forward of `module` (gluon_attention or a variant of it) compiled for sm_90 at
-    head dim d, as lines. Needs no GPU."""
+    head dim d, its compile-time arguments changed where given, as lines. Needs no GPU."""
     from lab import compiler
     from part5_profiling.tools.ladder import compile_gluon
 
-    return compiler.sass(compile_gluon(module, "fwd", d, causal).asm["cubin"]).splitlines()
+    return compiler.sass(compile_gluon(module, "fwd", d, causal, **changes).asm["cubin"]).splitlines()
 
 
-def exponentials_before_pv_wait(module, d, causal=False):
+def exponentials_before_pv_wait(module, d, causal=False, **changes):
     """The most MUFU exponentials the forward of `module`, compiled for sm_90 at head dim d, runs
     between issuing a P V product and waiting for it (WARPGROUP.DEPBAR to 0 in the SASS): how much
     of a warpgroup's softmax overlaps its own P V. Needs no GPU."""
     most, count = 0, None
-    for line in forward_sass(module, d, causal):
+    for line in forward_sass(module, d, causal, **changes):
         if PV_WGMMA.search(line):
             count = 0
         elif count is not None and "MUFU.EX2" in line:
@@ -139,11 +135,11 @@ def exponentials_before_pv_wait(module, d, causal=False):
     return most
 
 
-def key_step(module, d, causal=False):
+def key_step(module, d, causal=False, **changes):
     """The SASS lines of one key step of the forward of `module` compiled for sm_90 at head dim d: the
     innermost loop that issues both products (S_j, whose first wgmma starts from zero, and P V, whose
     A operand is in registers). Needs no GPU."""
-    lines = forward_sass(module, d, causal)
+    lines = forward_sass(module, d, causal, **changes)
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"(\.L_x_\d+):", line.strip()))}
     loops = []  # each loop body: from a label to a branch back to it
     for i, line in enumerate(lines):
@@ -154,17 +150,20 @@ def key_step(module, d, causal=False):
     return min(loops, key=len)  # the innermost
 
 
-def key_step_opcodes(module, d, causal=False):
+def key_step_opcodes(module, d, causal=False, **changes):
     """{opcode: count} of one key step's SASS instructions (key_step), e.g. PRMT: byte permutes."""
-    ops = (re.match(r"\s*/\*[0-9a-f]+\*/\s*(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", x) for x in key_step(module, d, causal))
+    ops = (
+        re.match(r"\s*/\*[0-9a-f]+\*/\s*(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", x)
+        for x in key_step(module, d, causal, **changes)
+    )
     return collections.Counter(m.group(1) for m in ops if m)
 
 
-def key_step_syncs(module, d, causal=False):
+def key_step_syncs(module, d, causal=False, **changes):
     """(bar.syncs, mbarrier waits, mbarrier arrives) in one key step of the forward of `module`
     compiled for sm_90 at head dim d (key_step). A bar.sync here is a warpgroup's own (BAR.SYNC with a
     thread count): its four warps wait for one another. Needs no GPU."""
-    body = key_step(module, d, causal)
+    body = key_step(module, d, causal, **changes)
     return (
         sum(bool(re.search(r"BAR\.SYNC\S* 0x\w+, 0x\w+", x)) for x in body),
         sum("SYNCS.PHASECHK" in x for x in body),

@@ -367,7 +367,7 @@ def profile_all(names):
 # ------------------------------------------------------------------------------------ compile
 COMPILED_SHAPES = [(64, False), (128, True)]
 COMPILED_FIELDS = ["step", "kernel", "D", "causal", "partitions", "warps", "smem", "params", "wgmma", "wgmma_waits"]
-COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_adds", "global_loads", "registers", "stack", "ptx"]
+COMPILED_FIELDS += ["barrier_waits", "tma_loads", "tma_stores", "tma_adds", "global_loads", "registers", "stack", "ptx"]
 COMPILED_FIELDS += results.PROVENANCE
 TYPES = dict.fromkeys(("Q", "K", "V", "O", "DO", "DK", "DV"), "*bf16") | {"scale": "fp32"}
 TYPES |= dict.fromkeys(("L", "L2", "DELTA", "DQ"), "*fp32")  # the rest: i32
@@ -400,7 +400,8 @@ def compiled_facts(name, kind, d, causal):
         wgmma=ptx.count("wgmma.mma_async"),
         wgmma_waits={w: waits.count(w) for w in sorted(set(waits))},
         barrier_waits=ptx.count("mbarrier.try_wait"),
-        tma_loads={r: ptx.count(f"cp.async.bulk.tensor.{r}d") for r in (1, 2, 3, 4)},
+        tma_loads={r: ptx.count(f"cp.async.bulk.tensor.{r}d.shared") for r in (1, 2, 3, 4)},  # into shared memory
+        tma_stores=len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),  # out of it
         tma_adds={r: ptx.count(f"cp.reduce.async.bulk.tensor.{r}d") for r in (1, 2, 3, 4)},
         global_loads=ptx.count("ld.global"),
         registers=registers,

@@ -45,7 +45,9 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table (and the shapes the ladder is compiled at)
-STEP_SHAPES = {"model5": [(64, 0), (64, 1)]}  # a step whose change is at other shapes: its line shows those
+STEP_SHAPES = {
+    name: [(64, 0), (64, 1)] for name in ("fwd8", "fwd9", "model5")
+}  # a step whose change is at other shapes: its line shows those
 STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... model7
 NAMES = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
 
@@ -617,9 +619,11 @@ def table_step_profile(gpu_dir):
 
 
 # ------------------------------------------------------------------------------------ the studies
-def _study(gpu_dir, csv, command, caption, first=(), ratio="speedup"):
-    """A study's table: one row per shape, one column per candidate or variant (`first` leading)."""
+def _study(gpu_dir, csv, command, caption, first=(), ratio="speedup", keep=None):
+    """A study's table: one row per shape, one column per candidate or variant (`first` leading); only
+    the rows keep(rows) returns, where given."""
     rows = read_csv(gpu_dir / csv)
+    rows = keep(rows) if keep else rows
     name = "variant" if "variant" in rows[0] else "candidate"
     names, body = _by_shape(rows, name, lambda r: _timed(r, ratio), first)
     return _table(rows, command, caption, ["D", "causal", "N", *names], body, "llr" + "r" * len(names))
@@ -646,22 +650,30 @@ def table_gluon(gpu_dir):
     return _study(gpu_dir, "part5_gluon.csv", GLUON_STUDY, caption, ["part 4"], "vs_cudnn")
 
 
+def _beside_the_shipped(rows):
+    """The rows of each shape's newest run: those of the commit its shipped forward was last timed at (a
+    candidate timed against an earlier shipped forward, one now in it say, stays in the CSV only)."""
+    newest = {(r["D"], r["causal"], r["N"]): r["commit"] for r in rows if r["variant"] == "shipped"}
+    return [r for r in rows if newest.get((r["D"], r["causal"], r["N"])) == r["commit"]]
+
+
 def table_gluon_candidates(gpu_dir):
     """Each GPU folder's forward candidates (_every_gpu), each naming its GPU and how many rounds it ran."""
     caption = (
         "Forward TFLOP/s (CUDA-graph replay, the median of {} interleaved rounds), B=4, H=8, bf16, and in "
         "brackets the speed over the shipped forward's (the median of each round's own ratio): exponentials partly "
-        "by a polynomial on the FMA units (tools/variants/exp2_poly.diff), O written by a TMA store "
-        "(tools/variants/o_tma.diff), O rescaled only when a row's maximum moved by more than 2^8 "
-        "(tools/variants/cond_rescale.diff), P packed to bf16 when its product is issued, so that a warpgroup's "
-        "exponentials overlap its own P V (tools/variants/pack_late.diff), K_j and V_{{j-1}} in one ring stage, one "
-        "barrier wait and one release a key step (tools/variants/kv_stage.diff), O by TMA and P packed at its product "
-        "together (both patches) and, at D = 128, ping-pong:"
+        "by a polynomial on the FMA units (tools/variants/exp2_poly.diff), O rescaled only when a row's maximum moved "
+        "by more than 2^8 (tools/variants/cond_rescale.diff), K_j and V_{{j-1}} in one ring stage, one barrier wait and "
+        "one release a key step (tools/variants/kv_stage.diff) and, at D = 128, what D = 64 ships: O by a TMA store "
+        "(O_BY_TMA), P packed to bf16 when its product is issued (PACK_LATE), both, and ping-pong:"
     )
     command, csv = f"{GLUON_STUDY} --candidates", "part5_gluon_candidates.csv"
     found = [d for d in _every_gpu(gpu_dir, csv) if (d / csv).exists()]  # each GPU's, naming it
     rounds = {d: max(int(r["rounds"] or 0) for r in read_csv(d / csv)) for d in found}
-    tables = [_study(d, csv, command, caption.format(rounds[d]), ["shipped"], "vs_shipped") for d in found]
+    tables = [
+        _study(d, csv, command, caption.format(rounds[d]), ["shipped"], "vs_shipped", _beside_the_shipped)
+        for d in found
+    ]
     return "\n\n".join(tables) if tables else _study(gpu_dir, csv, command, caption)  # none: the missing CSV's line
 
 
