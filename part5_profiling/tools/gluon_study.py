@@ -22,9 +22,11 @@ tile's exponentials), O rescaled only when a row's maximum rose by more than 8 i
 barrier and releases one (tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every
 mbarrier arrive; key_step_syncs counts them in the SASS), and at D = 128 what D = 64 ships: O by TMA
 (O_BY_TMA), P packed at its product (PACK_LATE; exponentials_before_pv_wait and key_step_opcodes
-read what it changes off the SASS), both, and ping-pong (with 232 or 240 registers). B=4, H=8, N = 4096-16384, bf16; every variant is checked against the float64
-reference on the inputs it is timed on, then timed by CUDA-graph replay (median), with its speed as
-a fraction of cuDNN's in the same run. Rows of earlier versions of this study stay in the CSVs.
+read what it changes off the SASS), both, and ping-pong (with 232 or 240 registers). B=4, H=8,
+N = 4096-16384, bf16; every variant is checked against the float64 reference on the inputs it is
+timed on, then timed by CUDA-graph replay (median), with its speed as a fraction of cuDNN's in the
+same run. A run replaces the CSV's rows of the variants and shapes it times; the rest stay (older
+rounds: the CSV's git history).
 """
 
 import collections

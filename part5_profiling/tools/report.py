@@ -665,7 +665,8 @@ def table_gluon_candidates(gpu_dir):
         "by a polynomial on the FMA units (tools/variants/exp2_poly.diff), O rescaled only when a row's maximum moved "
         "by more than 2^8 (tools/variants/cond_rescale.diff), K_j and V_{{j-1}} in one ring stage, one barrier wait and "
         "one release a key step (tools/variants/kv_stage.diff) and, at D = 128, what D = 64 ships: O by a TMA store "
-        "(O_BY_TMA), P packed to bf16 when its product is issued (PACK_LATE), both, and ping-pong:"
+        "(O_BY_TMA), P packed to bf16 when its product is issued (PACK_LATE), both (a column once a run has timed it), "
+        "and ping-pong:"
     )
     command, csv = f"{GLUON_STUDY} --candidates", "part5_gluon_candidates.csv"
     found = [d for d in _every_gpu(gpu_dir, csv) if (d / csv).exists()]  # each GPU's, naming it
