@@ -272,35 +272,17 @@ def refresh(n, ladder=None):
 def variant(n, name):
     """The kernel file that the study patch tools/variants/<name>.diff names in its first header (part
     n's flash_attention.py, or one of part 5's Gluon files), with the patch applied: a study that
-    needs a changed kernel patches the shipped one (a switch is a patch), never copies it. Several
-    patches of one file, "a+b": each applied in turn (moved_by: b's hunks past the lines a added)."""
-    patches = [(parts.folder(n) / "tools" / "variants" / f"{x}.diff").read_text() for x in name.split("+")]
-    targets = {Path(p.split(maxsplit=2)[1]).name for p in patches}  # "--- part5_profiling/<file>"
-    if len(targets) != 1:
-        raise ValueError(f"{name}: the patches change different files {sorted(targets)}")
-    text = (parts.folder(n) / targets.pop()).read_text()
-    for i, patch in enumerate(patches):
-        text = apply_patch(text, moved_by(patch, patches[:i]))
-    return text
-
-
-def moved_by(patch, earlier):
-    """patch (made on a file) with each hunk's old start moved past the lines that the earlier patches
-    (made on the same file, not overlapping it) add or remove above it."""
-    sizes = [(int(m[1]), int(m[4] or 1) - int(m[2] or 1)) for p in earlier for m in HUNK.finditer(p)]
-
-    def move(m):
-        start = int(m[1]) + sum(grown for begin, grown in sizes if begin < int(m[1]))
-        return f"@@ -{start}{',' + m[2] if m[2] else ''} +{m[3]}{',' + m[4] if m[4] else ''} @@"
-
-    return HUNK.sub(move, patch)
+    needs a changed kernel patches the shipped one (a switch is a patch), never copies it."""
+    patch = (parts.folder(n) / "tools" / "variants" / f"{name}.diff").read_text()
+    target = parts.folder(n) / Path(patch.split(maxsplit=2)[1]).name  # "--- part5_profiling/<file>"
+    return apply_patch(target.read_text(), patch)
 
 
 @functools.cache
 def load_variant(n, name):
     """Part n's kernel file with the study patch tools/variants/<name>.diff applied, imported as a
     module of its own (once)."""
-    return parts.load_source(f"part{n}_variant_{name.replace('+', '_and_')}", variant(n, name))
+    return parts.load_source(f"part{n}_variant_{name}", variant(n, name))
 
 
 def main(argv=None):

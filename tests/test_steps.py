@@ -25,29 +25,6 @@ def test_patches_with_lines_that_look_like_headers_apply():
     assert steps.apply_patch(before, patch) == after
 
 
-def test_study_patches_apply_in_turn(tmp_path, monkeypatch):
-    """variant(n, "a+b"): two study patches, each made on the shipped file, applied one after the other
-    (b's hunks moved past the lines a added above them); patches of different files are an error."""
-    folder = tmp_path / "part7_fake"
-    (folder / "tools" / "variants").mkdir(parents=True)
-    monkeypatch.setattr(parts, "folders", lambda: {7: folder})
-    shipped = "".join(f"line {i}\n" for i in range(20))
-    (folder / "gluon_attention.py").write_text(shipped)
-    (folder / "gluon_backward.py").write_text(shipped)
-    edits = {"a": ("line 2\n", "line 2\nadded 1\nadded 2\n"), "b": ("line 15\n", "line 15 changed\n")}
-    for name, (old, new) in edits.items():
-        after = shipped.replace(old, new)
-        patch = steps.patch_text(shipped, after, "part7_fake/gluon_attention.py", f"variant {name}")
-        (folder / "tools" / "variants" / f"{name}.diff").write_text(patch)
-    both = shipped.replace("line 2\n", "line 2\nadded 1\nadded 2\n").replace("line 15\n", "line 15 changed\n")
-    assert steps.variant(7, "a+b") == both and steps.variant(7, "b+a") == both
-    (folder / "tools" / "variants" / "c.diff").write_text(
-        steps.patch_text(shipped, shipped.replace("line 9\n", "x\n"), "part7_fake/gluon_backward.py", "variant c")
-    )
-    with pytest.raises(ValueError, match="different files"):
-        steps.variant(7, "a+c")
-
-
 def _kernel(*extra):
     """A stand-in kernel file: twelve numbered lines, with extra lines inserted after line 6."""
     lines = [f"line {i}\n" for i in range(12)]

@@ -45,9 +45,8 @@ def _timed(row, ratio="speedup"):
 # ------------------------------------------------------------------------------------ the ladder
 LADDER = "python -m part5_profiling.tools.ladder"
 LADDER_SHAPES = [(64, 0), (128, 1)]  # the lesson's table (and the shapes the ladder is compiled at)
-STEP_SHAPES = {
-    name: [(64, 0), (64, 1)] for name in ("fwd8", "fwd9", "model5")
-}  # a step whose change is at other shapes: its line shows those
+# steps whose change is at other shapes (D = 64 only): their lines show those
+STEP_SHAPES = dict.fromkeys(("fwd8", "fwd9", "model5"), [(64, 0), (64, 1)])
 STEP_NAMES = [step.name for ladder in steps.ladders(parts.folder(5)).values() for step in ladder]  # fwd1 ... model7
 NAMES = {"part4": "part 4's `tl` kernels", "sdpa_cudnn": "SDPA cuDNN"}
 
