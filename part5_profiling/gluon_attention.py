@@ -324,12 +324,12 @@ def _softmax_step(cfg, smem, q, j, kc, turn, acc, p_prev, m_i, l_i, rows, WG: gl
 
 @gluon.jit
 def _carried(cfg, p, dtype, acc):
-    """P_j as the key step carries it to its product: packed to `dtype` in the operand's layout now,
-    or (PACK_LATE) in float32, packed by _operand where the product reads it."""
+    """P_j as the key step carries it to its product: packed now, or (PACK_LATE) in float32, packed
+    by _operand where the product reads it."""
     if cfg.PACK_LATE:
         return p
     else:
-        return gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+        return _packed(p, dtype, acc)
 
 
 @gluon.jit
@@ -337,9 +337,15 @@ def _operand(cfg, p, dtype, acc):
     """The A operand of P V from what _carried kept. Packing P_j here, as its product is issued, spares
     Triton 3.6's code 32 byte permutes (PRMT) a key step (gluon_study.key_step_opcodes)."""
     if cfg.PACK_LATE:
-        return gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
+        return _packed(p, dtype, acc)
     else:
         return p
+
+
+@gluon.jit
+def _packed(p, dtype, acc):
+    """P in `dtype`, laid out as wgmma reads its A operand from registers, for P V into acc."""
+    return gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=acc.type.layout, k_width=2))
 
 
 @gluon.jit
