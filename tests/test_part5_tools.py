@@ -170,6 +170,9 @@ for name, module in (("shipped", gluon_attention), ("kv_stage", steps.load_varia
 module = steps.load_variant(5, "bwd_tile128")
 ptx = compile_gluon(module, "bwd", 64, False).asm["ptx"]
 print("bwd_tile128", module.constexprs(64, False)["BLOCK_M"], len(re.findall(r"cp.reduce.async.bulk.tensor.2d", ptx)))
+from part5_profiling import gluon_backward
+for name, module in (("bwd_shipped", gluon_backward), ("bwd_ds_stages", steps.load_variant(5, "bwd_ds_stages"))):
+    print(name, compile_gluon(module, "bwd", 128, True).metadata.shared)
 """
 
 
@@ -189,7 +192,9 @@ def test_candidate_patches_compute_and_compile():
     key step without it, none with it; Triton 3.9 in neither). kv_stage puts K_j and V_{j-1} in one
     ring stage: a key step waits on one mbarrier and arrives on one, and so holds one warpgroup
     bar.sync fewer (Triton puts one before every arrive). The backward candidate bwd_tile128
-    compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA."""
+    compiles at D = 64 with 128 queries a step, each warpgroup adding its half of dQ_i by TMA;
+    bwd_ds_stages compiles at D = 128 with a second 16 KB stage of dS^T, still within the 227 KB of
+    shared memory a Hopper program may have."""
     from common import steps
 
     patch = steps.variant(5, "exp2_poly")
@@ -225,6 +230,9 @@ def test_candidate_patches_compute_and_compile():
     assert shipped[1:] == (2, 2) and kv_stage == tuple(n - 1 for n in shipped), counts
     # bwd_tile128: 128 queries a step; one TMA add of dQ in each of its two steps (masked and not)
     assert counts["bwd_tile128"] == (128, 2), counts
+    # bwd_ds_stages: one more stage of two 64 x 64 bf16 dS^T tiles, and it fits (sm_90: 232,448 bytes a program)
+    assert counts["bwd_ds_stages"][0] - counts["bwd_shipped"][0] == 2 * 64 * 64 * 2, counts
+    assert counts["bwd_ds_stages"][0] <= 232448, counts
 
 
 @pytest.mark.skipif(runtime.HAS_GPU, reason="checks the no-GPU path")

@@ -12,8 +12,11 @@ warpgroup issues its products when its operands are ready) and taking turns (PIN
 CONFIGS ships. --order: the forward with the mask, GROUP sequences side by side in the causal
 order (gluon_attention.group_size), from one sequence at a time to all 32. --backward: the Gluon
 backward in each program order (gluon_backward.ORDER), beside part 4's two kernels and SDPA
-cuDNN's backward, and at D = 64 the backward with 128 queries a step (the variant patch
-tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i). --candidates: changes
+cuDNN's backward, at D = 64 the backward with 128 queries a step (the variant patch
+tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i), and at both head dims
+the backward with dS^T's exchange in two stages, as FlashAttention-3 keeps P and dS
+(tools/variants/bwd_ds_stages.diff: a warpgroup stores dS_i^T while the other may still be reading
+dS_{i-1}^T for its dQ, where one stage makes it wait). --candidates: changes
 to the forward tried and not shipped, each against the shipped forward in three interleaved
 rounds at N = 4096 unless --n says (the median of each one's speed over the shipped one's in the same round): exp2
 partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
@@ -55,7 +58,8 @@ BWD_KEY = ("candidate", "N", "D", "causal")
 BWD_ORDERS = {"Gluon, sequence-minor": "SEQUENCE_MINOR", "Gluon, sequence-major": "SEQUENCE_MAJOR"}
 BWD_ORDERS["Gluon, grouped"] = "GROUPED"
 TILE128 = "Gluon, 128 queries a step"  # tools/variants/bwd_tile128.diff, at D = 64
-BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, TILE128, "SDPA cuDNN")
+DS_STAGES = "Gluon, dS in two stages"  # tools/variants/bwd_ds_stages.diff
+BWD_CANDIDATES = ("part 4", "Gluon, one pass", *BWD_ORDERS, TILE128, DS_STAGES, "SDPA cuDNN")
 ORDERS = {"one sequence at a time" if g == 1 else f"{g} sequences side by side": g for g in (1, 2, 4, 8, 16, B * H)}
 
 
@@ -271,6 +275,7 @@ def run_backward(seq_lens, head_dims, save=None):
     orders = {name: getattr(gb, order) for name, order in BWD_ORDERS.items()}
     calls.update({name: gluon_backward(order) for name, order in orders.items()})
     calls[TILE128] = gluon_backward(module=steps.load_variant(5, "bwd_tile128"))  # D = 64 only
+    calls[DS_STAGES] = gluon_backward(module=steps.load_variant(5, "bwd_ds_stages"))
     meta, rows = results.provenance(), []
     for d, causal, n, (q, k, v, do) in each_shape(seq_lens, head_dims, b=B, h=H):
         o, lse = part4.flash_forward(q, k, v, causal)
