@@ -56,6 +56,7 @@ from part5_profiling.hopper import (
     swizzled,
     tma,
     tma_load,
+    tma_store,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -79,7 +80,6 @@ CONFIGS = {
     128: dict(WARPGROUPS=2, STAGES=2, REGISTERS=232, PINGPONG=False, O_BY_TMA=False, PACK_LATE=False),
     64: dict(WARPGROUPS=3, STAGES=4, REGISTERS=160, PINGPONG=True, O_BY_TMA=True, PACK_LATE=True),
 }  # smem: D = 128, Q 32 KB + 2 x (K 32 KB + V 32 KB); D = 64, Q 24 KB + 4 x (16 KB + 16 KB) + O 24 KB
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # Triton 3.9's name, 3.6's
 # model5's tiles for short and causal calls. tools/gluon_study.py (results/h200/part5_gluon.csv): at
 # D = 64 two warpgroups are the faster up to N_q = 1024 without the mask and 4096 with it.
 SHORT = {64: dict(WARPGROUPS=2, STAGES=4, REGISTERS=232, PINGPONG=True, O_BY_TMA=True, PACK_LATE=True)}

@@ -14,9 +14,9 @@ parity k & 1 to complete on ready, and the producer, before its k-th fill, for p
 free. A fresh barrier counts as having completed the phase before phase 0, so the first fills do
 not wait. Nothing is ever reset.
 
-Triton 3.6 (the GPU's here) is the floor. Triton 3.7 renamed TMA's copy into shared memory
-(tma.async_load) and gave Gluon the TMA reduce-add (tma.async_atomic_add); the names below work on
-both. Triton 3.9 adds mbarrier.allocate_mbarrier, which would shorten Ring.alloc. GPU only
+Triton 3.6 (the GPU's here) is the floor. Triton 3.7 renamed TMA's copies into and out of shared
+memory (tma.async_load, tma.async_store) and gave Gluon the TMA reduce-add (tma.async_atomic_add);
+the names below work on both. Triton 3.9 adds mbarrier.allocate_mbarrier, which would shorten Ring.alloc. GPU only
 (sm_90): Gluon has no interpreter; part 5's flash_attention.py sends a call here only on Hopper.
 """
 
@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: F401  (r
 from triton.language.core import _aggregate as aggregate  # Gluon's examples import it so in 3.6-3.9
 
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 
 @builtin

@@ -16,10 +16,10 @@ cuDNN's backward, at D = 64 the backward with 128 queries a step (the variant pa
 tools/variants/bwd_tile128.diff: both warpgroups make half of each dQ_i), and at both head dims
 the backward with dS^T's exchange in two stages, as FlashAttention-3 keeps P and dS
 (tools/variants/bwd_ds_stages.diff: a warpgroup stores dS_i^T while the other may still be reading
-dS_{i-1}^T for its dQ, where one stage makes it wait). --candidates: changes
-to the forward tried and not shipped, each against the shipped forward in three interleaved
-rounds at N = 4096 unless --n says (the median of each one's speed over the shipped one's in the same round): exp2
-partly by a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
+dS_{i-1}^T for its dQ, where one stage makes it wait). --candidates: changes to the forward tried
+and not shipped, each against the shipped forward in three interleaved rounds at N = 4096 unless
+--n says (the median of each one's speed over the shipped one's in the same round): exp2 partly by
+a polynomial on the FMA units (tools/variants/exp2_poly.diff: half or a quarter of each
 tile's exponentials), O rescaled only when a row's maximum rose by more than 8 in log2
 (tools/variants/cond_rescale.diff), K_j and V_{j-1} in one ring stage, so each key step waits on one
 barrier and releases one (tools/variants/kv_stage.diff: Triton puts a warpgroup bar.sync before every

@@ -58,7 +58,7 @@ from common.validate import check_inputs
 from lab import results, study
 from lab.impls import sdpa_context
 from part5_profiling import fast_launch, gluon_backward
-from part5_profiling.hopper import gl, gluon, heads_descriptor, mbarrier, swizzled, tma, tma_load
+from part5_profiling.hopper import gl, gluon, heads_descriptor, mbarrier, swizzled, tma, tma_load, tma_store
 from part5_profiling.tools.launch_cost import B, D, Floor, H, host_us, one_thread, paired_times, sdpa_calls
 
 LENS = (512, 1024, 2048)
@@ -81,9 +81,6 @@ _touch_launch = fast_launch.Launch(_touch)
 def touch(x):
     """_touch on x (float32) through part 5's Launch: Triton's launcher, none of part 5's Python."""
     _touch_launch(("touch", x.device), lambda _: 1, x)
-
-
-tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global  # 3.7 renamed it
 
 
 @gluon.jit
